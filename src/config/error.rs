@@ -1,0 +1,50 @@
+//! Errors from parsing a `WGPOOL_CONF` string.
+
+use thiserror::Error;
+
+/// What was wrong with a configuration string.
+///
+/// Every variant names the offending key (or position) and what is allowed, so the
+/// message alone is enough to fix the input. Parsing never panics.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ConfigError {
+    /// A key that is not in the option table.
+    #[error("unknown option `{key}` in WGPOOL_CONF; valid options are: {}", valid.join(", "))]
+    UnknownKey {
+        /// The key as written.
+        key: String,
+        /// Every key the parser accepts.
+        valid: Vec<&'static str>,
+    },
+    /// A known key with a value outside its allowed set.
+    #[error("invalid value `{value}` for option `{key}`: {reason}; allowed: {allowed}")]
+    InvalidValue {
+        /// The option.
+        key: &'static str,
+        /// The value as written.
+        value: String,
+        /// Why the value was refused.
+        reason: String,
+        /// The allowed values, as the option table states them.
+        allowed: &'static str,
+    },
+    /// The string does not have the `key:value,key:value` shape.
+    #[error(
+        "malformed WGPOOL_CONF near `{near}`: {reason}; expected comma-separated `key:value` pairs"
+    )]
+    Syntax {
+        /// The fragment where parsing stopped.
+        near: String,
+        /// What was expected there.
+        reason: String,
+    },
+    /// The same key appears twice; refusing is safer than silently keeping one.
+    #[error("option `{key}` is given more than once in WGPOOL_CONF")]
+    DuplicateKey {
+        /// The repeated key.
+        key: &'static str,
+    },
+    /// The environment variable holds bytes that are not UTF-8.
+    #[error("WGPOOL_CONF is not valid UTF-8")]
+    NotUnicode,
+}

@@ -1,0 +1,356 @@
+//! The option table: the one place that says what each `WGPOOL_CONF` key means.
+
+use super::roundup::MAX_DIVISIONS;
+use super::{Backend, Config, Overflow, Policy, RoundupDivisions};
+
+/// A value as written after `key:`: a scalar, or a bracketed list of `key:value` entries.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum RawValue {
+    Scalar(String),
+    List(Vec<(String, String)>),
+}
+
+impl RawValue {
+    /// The value as the user wrote it, for error messages.
+    pub(crate) fn as_written(&self) -> String {
+        match self {
+            RawValue::Scalar(s) => s.clone(),
+            RawValue::List(entries) => {
+                let parts: Vec<String> = entries.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                format!("[{}]", parts.join(","))
+            }
+        }
+    }
+
+    fn scalar(&self) -> Result<&str, String> {
+        match self {
+            RawValue::Scalar(s) => Ok(s),
+            RawValue::List(_) => Err("a list is not accepted here".into()),
+        }
+    }
+}
+
+/// One configuration option.
+pub struct OptionSpec {
+    /// The key in `WGPOOL_CONF`.
+    pub key: &'static str,
+    /// The default, as it would be written.
+    pub default: &'static str,
+    /// The values accepted, in words; quoted verbatim by error messages.
+    pub allowed: &'static str,
+    /// What the option does.
+    pub meaning: &'static str,
+    /// Stores a value into a config, or says why it is refused.
+    pub(crate) apply: fn(&mut Config, &RawValue) -> Result<(), String>,
+    /// The option's current value in `WGPOOL_CONF` syntax.
+    pub(crate) render: fn(&Config) -> String,
+}
+
+const MIB: u64 = 1 << 20;
+
+fn parse_u64(text: &str) -> Result<u64, String> {
+    text.parse::<u64>()
+        .map_err(|_| "not a non-negative integer".to_string())
+}
+
+fn parse_f64(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err("not a number".to_string()),
+    }
+}
+
+fn parse_bool(text: &str) -> Result<bool, String> {
+    match text {
+        "True" | "true" | "1" => Ok(true),
+        "False" | "false" | "0" => Ok(false),
+        _ => Err("not a boolean".to_string()),
+    }
+}
+
+/// A size in MiB that must be at least `min`, returned in bytes.
+fn parse_mib_at_least(text: &str, min: u64) -> Result<u64, String> {
+    let mb = parse_u64(text)?;
+    if mb < min {
+        return Err(format!("{mb} is below the minimum of {min}"));
+    }
+    mb.checked_mul(MIB).ok_or_else(|| "too large".to_string())
+}
+
+fn parse_divisions(text: &str) -> Result<u32, String> {
+    let n = parse_u64(text)?;
+    if n == 0 || !n.is_power_of_two() || n > MAX_DIVISIONS as u64 {
+        return Err(format!(
+            "{n} divisions is not a power of two from 1 to {MAX_DIVISIONS}"
+        ));
+    }
+    Ok(n as u32)
+}
+
+fn apply_roundup(config: &mut Config, value: &RawValue) -> Result<(), String> {
+    config.roundup_power2_divisions = match value {
+        RawValue::Scalar(text) => RoundupDivisions::uniform(parse_divisions(text)?),
+        RawValue::List(entries) => {
+            if entries.is_empty() {
+                return Err("the list is empty".into());
+            }
+            let mut bounds: Vec<(u64, u32)> = Vec::new();
+            let mut rest = None;
+            for (index, (key, divisions)) in entries.iter().enumerate() {
+                let divisions = parse_divisions(divisions)?;
+                if key == ">" {
+                    if index + 1 != entries.len() {
+                        return Err("`>` must be the last entry".into());
+                    }
+                    rest = Some(divisions);
+                    continue;
+                }
+                let mb = parse_u64(key)
+                    .map_err(|_| format!("interval key `{key}` is not an integer"))?;
+                if mb == 0 || !mb.is_power_of_two() {
+                    return Err(format!("interval key {mb} MiB is not a power of two"));
+                }
+                if bounds.last().is_some_and(|&(prev, _)| prev >= mb) {
+                    return Err(format!(
+                        "interval key {mb} MiB is not larger than the one before it"
+                    ));
+                }
+                bounds.push((mb, divisions));
+            }
+            RoundupDivisions::from_list(bounds, rest)
+        }
+    };
+    Ok(())
+}
+
+fn render_mib(bytes: Option<u64>) -> String {
+    bytes
+        .map(|b| (b / MIB).to_string())
+        .unwrap_or_else(|| "none".to_string())
+}
+
+fn render_f64(value: Option<f64>) -> String {
+    value
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "none".to_string())
+}
+
+/// Every option `WGPOOL_CONF` accepts. The parser, the README table and the tests read this.
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        key: "policy",
+        default: "compact",
+        allowed: "`pytorch` or `compact`",
+        meaning: "Placement policy. `pytorch` reproduces PyTorch's native CUDA caching allocator \
+                  rule for rule; `compact` is wgpool's own policy, which keeps reserved memory \
+                  closer to live memory at little extra segment churn.",
+        apply: |c, v| {
+            c.policy = match v.scalar()? {
+                "pytorch" => Policy::Pytorch,
+                "compact" => Policy::Compact,
+                _ => return Err("unknown policy".into()),
+            };
+            Ok(())
+        },
+        render: |c| c.policy.name().to_string(),
+    },
+    OptionSpec {
+        key: "max_split_size_mb",
+        default: "none (unlimited)",
+        allowed: "an integer number of MiB, at least 20",
+        meaning: "Cached blocks this large or larger are never split. A request below it never \
+                  takes such a block; a request at or above it takes a cached block only when \
+                  the block is less than `max_non_split_rounding_mb` larger.",
+        apply: |c, v| {
+            c.max_split_size = Some(parse_mib_at_least(v.scalar()?, 20)?);
+            Ok(())
+        },
+        render: |c| render_mib(c.max_split_size),
+    },
+    OptionSpec {
+        key: "max_non_split_rounding_mb",
+        default: "20",
+        allowed: "an integer number of MiB, at least 1",
+        meaning: "How much larger than a request at or above `max_split_size_mb` a cached \
+                  block may be and still be handed out whole.",
+        apply: |c, v| {
+            c.max_non_split_rounding = parse_mib_at_least(v.scalar()?, 1)?;
+            Ok(())
+        },
+        render: |c| render_mib(Some(c.max_non_split_rounding)),
+    },
+    OptionSpec {
+        key: "roundup_power2_divisions",
+        default: "none (512 B rounding only)",
+        allowed: "a power of two from 1 to 1024, or a list such as `[256:1,512:2,>:8]` whose keys \
+                  are increasing powers of two in MiB, whose values are such powers of two, and \
+                  whose optional last entry `>:N` covers larger sizes",
+        meaning: "Round sizes up to the next of N equal steps between two powers of two \
+                  (2500 KiB with 4 divisions becomes 2560 KiB). Sizes of at most 512 B times N \
+                  keep plain 512 B rounding, so every size stays a multiple of 512 B. In the \
+                  list form, `K:N` applies to sizes below K MiB and at or above the previous \
+                  key.",
+        apply: apply_roundup,
+        render: |c| {
+            if c.roundup_power2_divisions == RoundupDivisions::none() {
+                "none".to_string()
+            } else {
+                c.roundup_power2_divisions.render()
+            }
+        },
+    },
+    OptionSpec {
+        key: "roundup_bypass_threshold_mb",
+        default: "none",
+        allowed: "an integer number of MiB, at least 1",
+        meaning: "Requests above this size skip `roundup_power2_divisions` and are rounded to \
+                  512 B only (PyTorch 1.13 to 2.0).",
+        apply: |c, v| {
+            c.roundup_bypass_threshold = Some(parse_mib_at_least(v.scalar()?, 1)?);
+            Ok(())
+        },
+        render: |c| render_mib(c.roundup_bypass_threshold),
+    },
+    OptionSpec {
+        key: "garbage_collection_threshold",
+        default: "none (off)",
+        allowed: "a number strictly between 0 and 1",
+        meaning: "Under a memory cap, when a request misses the cache and reserved memory is \
+                  above this fraction of the cap, release cached unsplit large blocks, oldest \
+                  first, until reserved falls below it.",
+        apply: |c, v| {
+            let t = parse_f64(v.scalar()?)?;
+            if !(t > 0.0 && t < 1.0) {
+                return Err(format!("{t} is not strictly between 0 and 1"));
+            }
+            c.garbage_collection_threshold = Some(t);
+            Ok(())
+        },
+        render: |c| render_f64(c.garbage_collection_threshold),
+    },
+    OptionSpec {
+        key: "per_process_memory_fraction",
+        default: "none (no cap)",
+        allowed: "a number from 0 to 1",
+        meaning: "Cap reserved memory at this fraction of the device's memory. Reaching the cap \
+                  behaves like a device out-of-memory. Needs the device memory size; where the \
+                  adapter does not report it, set `memory_limit_mb`.",
+        apply: |c, v| {
+            let f = parse_f64(v.scalar()?)?;
+            if !(0.0..=1.0).contains(&f) {
+                return Err(format!("{f} is outside 0 to 1"));
+            }
+            c.per_process_memory_fraction = Some(f);
+            Ok(())
+        },
+        render: |c| render_f64(c.per_process_memory_fraction),
+    },
+    OptionSpec {
+        key: "memory_limit_mb",
+        default: "none (no cap)",
+        allowed: "an integer number of MiB, at least 1",
+        meaning: "Cap reserved memory at this many MiB. With `per_process_memory_fraction` too, \
+                  the smaller cap applies.",
+        apply: |c, v| {
+            c.memory_limit = Some(parse_mib_at_least(v.scalar()?, 1)?);
+            Ok(())
+        },
+        render: |c| render_mib(c.memory_limit),
+    },
+    OptionSpec {
+        key: "large_segment_size_mb",
+        default: "20",
+        allowed: "an integer number of MiB, at least 10",
+        meaning: "Size of a new segment for a large-pool request under 10 MiB (PyTorch's \
+                  kLargeBuffer). Small-pool segments are 2 MiB; requests of 10 MiB or more get \
+                  a segment of their own size rounded up to 2 MiB.",
+        apply: |c, v| {
+            c.large_segment_size = parse_mib_at_least(v.scalar()?, 10)?;
+            Ok(())
+        },
+        render: |c| render_mib(Some(c.large_segment_size)),
+    },
+    OptionSpec {
+        key: "expandable_segments",
+        default: "False",
+        allowed: "`False` (`True` is refused: wgpu has no virtual memory mapping)",
+        meaning: "Accepted for compatibility with PYTORCH_CUDA_ALLOC_CONF. Growing a segment in \
+                  place needs virtual memory mapping, which wgpu does not expose, so only \
+                  `False` is valid.",
+        apply: |c, v| {
+            if parse_bool(v.scalar()?)? {
+                return Err(
+                    "wgpu has no virtual memory mapping, so segments cannot grow in \
+                            place; leave expandable_segments off (policy:compact limits \
+                            fragmentation instead)"
+                        .into(),
+                );
+            }
+            c.expandable_segments = false;
+            Ok(())
+        },
+        render: |c| {
+            if c.expandable_segments {
+                "True"
+            } else {
+                "False"
+            }
+            .to_string()
+        },
+    },
+    OptionSpec {
+        key: "backend",
+        default: "native",
+        allowed: "`native` or `passthrough`",
+        meaning: "`native` is the caching pool. `passthrough` creates one segment per request \
+                  and releases it at free, with no caching: for debugging and comparison, like \
+                  PYTORCH_NO_CUDA_MEMORY_CACHING=1.",
+        apply: |c, v| {
+            c.backend = match v.scalar()? {
+                "native" => Backend::Native,
+                "passthrough" => Backend::Passthrough,
+                _ => return Err("unknown backend".into()),
+            };
+            Ok(())
+        },
+        render: |c| c.backend.name().to_string(),
+    },
+    OptionSpec {
+        key: "overflow",
+        default: "none",
+        allowed: "`none` or `host`",
+        meaning: "What happens when the device cap is reached and releasing cached memory did \
+                  not help: `none` fails with an out-of-memory error, `host` serves the block \
+                  from host-resident memory that kernels can still bind.",
+        apply: |c, v| {
+            c.overflow = match v.scalar()? {
+                "none" => Overflow::None,
+                "host" => Overflow::Host,
+                _ => return Err("unknown overflow mode".into()),
+            };
+            Ok(())
+        },
+        render: |c| c.overflow.name().to_string(),
+    },
+];
+
+/// The option table as Markdown, exactly as the README carries it.
+pub fn options_markdown_table() -> String {
+    let mut out = String::from(
+        "| option | default | allowed values | meaning |\n| --- | --- | --- | --- |\n",
+    );
+    for option in OPTIONS {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            option.key,
+            option.default,
+            option.allowed,
+            squash_spaces(option.meaning)
+        ));
+    }
+    out
+}
+
+fn squash_spaces(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

@@ -1,0 +1,139 @@
+//! Errors the engine returns: out-of-memory with its diagnosis, and bad requests.
+
+use thiserror::Error;
+
+use super::BlockId;
+use super::rounding::PoolKind;
+use crate::format::bytes;
+
+/// Why the last segment creation failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OomCause {
+    /// Creating the segment would have taken reserved memory over the cap.
+    Cap,
+    /// The segment source (the device) refused the allocation; its message.
+    Device(String),
+}
+
+/// An allocation that could not be served even after releasing every cached block.
+///
+/// The message states what was asked for, the cap, what is allocated, what is reserved but
+/// unallocated, and what to try. The engine is unchanged by the failed request apart from
+/// the cached blocks it released and its `num_ooms` counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutOfMemory {
+    /// The caller's size.
+    pub requested: u64,
+    /// The size it was rounded to.
+    pub rounded: u64,
+    /// The segment size that could not be created.
+    pub segment_size: u64,
+    /// The pool the request belonged to.
+    pub pool: PoolKind,
+    /// The cap on reserved memory, if any.
+    pub cap: Option<u64>,
+    /// Bytes held by live blocks.
+    pub allocated: u64,
+    /// Bytes held by segments.
+    pub reserved: u64,
+    /// Bytes that went to host memory through overflow, if the pool uses it.
+    pub host_overflow: Option<u64>,
+    /// Why the last attempt failed.
+    pub cause: OomCause,
+}
+
+impl OutOfMemory {
+    /// Reserved bytes that no live block uses (fragmentation and cache).
+    pub fn reserved_unallocated(&self) -> u64 {
+        self.reserved.saturating_sub(self.allocated)
+    }
+}
+
+impl std::fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "wgpool out of memory: tried to allocate {} (rounded to {}, needing a new {} segment in the {} pool). ",
+            bytes(self.requested),
+            bytes(self.rounded),
+            bytes(self.segment_size),
+            self.pool.stat_name().replace('_', " "),
+        )?;
+        match (&self.cap, &self.cause) {
+            (Some(cap), OomCause::Cap) => {
+                write!(f, "The cap is {} and would be exceeded. ", bytes(*cap))?
+            }
+            (Some(cap), OomCause::Device(msg)) => write!(
+                f,
+                "The cap is {}; the device refused the segment: {msg}. ",
+                bytes(*cap)
+            )?,
+            (None, OomCause::Device(msg)) => write!(
+                f,
+                "There is no cap; the device refused the segment: {msg}. "
+            )?,
+            (None, OomCause::Cap) => write!(f, "There is no cap. ")?,
+        }
+        write!(
+            f,
+            "{} is allocated by live blocks and {} is reserved by the pool but unallocated",
+            bytes(self.allocated),
+            bytes(self.reserved_unallocated()),
+        )?;
+        if let Some(host) = self.host_overflow {
+            write!(f, "; {} went to host memory through overflow", bytes(host))?;
+        }
+        write!(
+            f,
+            ". Cached free segments were already released and the allocation retried. "
+        )?;
+        if self.reserved_unallocated() >= self.rounded.min(self.reserved / 8).max(1) {
+            write!(
+                f,
+                "Reserved-but-unallocated memory is large, so fragmentation is the likely cause: \
+                 try policy:compact, or max_split_size_mb (for example max_split_size_mb:128), \
+                 or garbage_collection_threshold:0.8 with a cap. "
+            )?;
+        }
+        write!(
+            f,
+            "Otherwise free blocks or ask for less, raise the cap (memory_limit_mb or \
+             per_process_memory_fraction), or set overflow:host to spill into host memory."
+        )
+    }
+}
+
+impl std::error::Error for OutOfMemory {}
+
+/// Why an allocation failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AllocError {
+    /// A request of zero bytes.
+    #[error("a zero-byte allocation was requested; sizes must be at least 1 byte")]
+    ZeroSize,
+    /// A request larger than one segment may be.
+    #[error(
+        "requested {} ({requested} bytes), but the largest block this pool can serve is {} ({max} bytes: the device's max_buffer_size)",
+        bytes(*requested),
+        bytes(*max)
+    )]
+    TooLarge {
+        /// The caller's size (or its rounded size, if only that is too large).
+        requested: u64,
+        /// The largest segment.
+        max: u64,
+    },
+    /// No memory could be found.
+    #[error(transparent)]
+    OutOfMemory(#[from] OutOfMemory),
+}
+
+/// Why a free failed. The engine is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FreeError {
+    /// The block is not live: freed already, or never handed out by this engine.
+    #[error(
+        "block {0:?} is not a live block of this engine (already freed, or from another engine)"
+    )]
+    NotLive(BlockId),
+}

@@ -1,0 +1,627 @@
+//! The placement engine: decides which segment and offset serve each request.
+//!
+//! It knows nothing of wgpu. It manages abstract segments (an id and a size) obtained from a
+//! [`SegmentSource`], carves them into blocks, and hands out [`Allocation`]s of
+//! (segment, offset, size). Trace replay, property tests and the fragmentation benchmark run
+//! it with [`VirtualSegments`]; the wgpu pool runs it over real buffers.
+//!
+//! Guarantees, under any sequence of calls:
+//! - live blocks never overlap, and each lies inside its segment;
+//! - every offset and size is a multiple of 512 B;
+//! - [`Engine::memory_stats`] equals a recount from the blocks and segments
+//!   ([`Engine::check_invariants`]);
+//! - a failed call (out-of-memory, bad request, stale free) leaves every live block as it was.
+//!
+//! ```
+//! use wgpool::config::Config;
+//! use wgpool::engine::{Engine, EngineLimits, VirtualSegments};
+//!
+//! let mut engine = Engine::new(Config::default(), EngineLimits::unlimited()).unwrap();
+//! let mut device = VirtualSegments::unlimited();
+//! let a = engine.allocate(1000, 0, &mut device).unwrap();
+//! assert_eq!(a.size, 1024); // rounded to 512 B
+//! assert_eq!(engine.memory_stats().reserved_bytes.all.current, 2 << 20); // one small segment
+//! engine.free(a.block, &mut device).unwrap();
+//! engine.empty_cache(&mut device);
+//! assert_eq!(engine.memory_stats().reserved_bytes.all.current, 0);
+//! ```
+
+mod check;
+mod compact;
+mod error;
+mod free_index;
+mod release;
+pub mod rounding;
+mod source;
+pub mod stats;
+mod summary;
+
+pub use check::{BlockSnapshot, SegmentSnapshot};
+pub use error::{AllocError, FreeError, OomCause, OutOfMemory};
+pub use rounding::PoolKind;
+pub use source::{SegmentSource, VirtualSegments};
+pub use stats::{MemoryStats, Stat, StatArray};
+
+use crate::config::{Backend, Config, Policy};
+use free_index::{FreeIndex, FreeKey};
+use rounding::{MIN_BLOCK_SIZE, SMALL_SIZE, round_request, segment_size_for};
+
+/// A segment: one device allocation, as the [`SegmentSource`] knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SegmentId(pub u32);
+
+/// A live block. Ids carry a generation, so a stale id is refused rather than freeing a
+/// block that reused its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockId {
+    index: u32,
+    generation: u32,
+}
+
+/// Where a request was placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    /// Handle for [`Engine::free`].
+    pub block: BlockId,
+    /// The segment holding the block.
+    pub segment: SegmentId,
+    /// Byte offset of the block in its segment; a multiple of 512.
+    pub offset: u64,
+    /// The block's size: the request rounded up; a multiple of 512.
+    pub size: u64,
+    /// The size the caller asked for.
+    pub requested: u64,
+    /// The pool the block belongs to.
+    pub pool: PoolKind,
+}
+
+/// Limits that come from the device rather than from the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineLimits {
+    /// Total device memory, if known; `per_process_memory_fraction` applies to it.
+    pub device_memory: Option<u64>,
+    /// The largest segment the source can create (wgpu's `max_buffer_size`).
+    pub max_segment_size: u64,
+}
+
+impl EngineLimits {
+    /// No device size and no segment limit.
+    pub fn unlimited() -> Self {
+        EngineLimits {
+            device_memory: None,
+            max_segment_size: u64::MAX / 4,
+        }
+    }
+}
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone)]
+pub(crate) struct SegmentRecord {
+    pub size: u64,
+    pub pool: PoolKind,
+    pub stream: u32,
+    /// A virtual address, unique over the engine's life, that orders equal-size free blocks.
+    pub base: u64,
+    /// First block (lowest offset).
+    pub head: u32,
+    /// Live blocks in the segment.
+    pub live_blocks: u32,
+    /// Whether the slot holds a segment.
+    pub in_use: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct BlockRecord {
+    pub generation: u32,
+    pub segment: u32,
+    pub offset: u64,
+    pub size: u64,
+    pub requested: u64,
+    pub prev: u32,
+    pub next: u32,
+    pub allocated: bool,
+    pub in_use: bool,
+    /// The pool's search counter when the block was last freed (PyTorch's `gc_count_base`).
+    pub gc_base: u64,
+    /// The engine's operation clock when the block was last freed.
+    pub freed_at: u64,
+}
+
+/// The placement engine. See the [module documentation](self).
+#[derive(Debug)]
+pub struct Engine {
+    pub(crate) config: Config,
+    pub(crate) cap: Option<u64>,
+    pub(crate) max_segment_size: u64,
+    pub(crate) segments: Vec<SegmentRecord>,
+    free_segment_slots: Vec<u32>,
+    pub(crate) blocks: Vec<BlockRecord>,
+    free_block_slots: Vec<u32>,
+    pub(crate) free_index: [FreeIndex; 2],
+    pub(crate) stats: MemoryStats,
+    next_base: u64,
+    /// Per pool: free-block searches so far, counted while GC is active.
+    pub(crate) search_count: [u64; 2],
+    /// Operations so far (allocations and frees).
+    pub(crate) clock: u64,
+    pub(crate) compact: compact::CompactState,
+}
+
+impl Engine {
+    /// Creates an engine with no segments.
+    ///
+    /// Fails when the configuration cannot be applied to these limits: a
+    /// `per_process_memory_fraction` with no known device size and no `memory_limit_mb`.
+    pub fn new(config: Config, limits: EngineLimits) -> Result<Engine, String> {
+        let cap = config.memory_cap(limits.device_memory)?;
+        Ok(Engine {
+            config,
+            cap,
+            max_segment_size: limits.max_segment_size,
+            segments: Vec::new(),
+            free_segment_slots: Vec::new(),
+            blocks: Vec::new(),
+            free_block_slots: Vec::new(),
+            free_index: [FreeIndex::default(), FreeIndex::default()],
+            stats: MemoryStats::default(),
+            next_base: 1 << 40,
+            search_count: [0, 0],
+            clock: 0,
+            compact: compact::CompactState::default(),
+        })
+    }
+
+    /// The configuration the engine runs.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The cap on reserved bytes, if any.
+    pub fn memory_cap(&self) -> Option<u64> {
+        self.cap
+    }
+
+    /// A copy of the statistics.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.stats
+    }
+
+    /// Sets every peak statistic to its current value.
+    pub fn reset_peak_stats(&mut self) {
+        self.stats.reset_peak();
+    }
+
+    /// Zeroes the accumulated statistics and counters.
+    pub fn reset_accumulated_stats(&mut self) {
+        self.stats.reset_accumulated();
+    }
+
+    /// The statistics as a text table (PyTorch's `memory_summary`).
+    pub fn memory_summary(&self) -> String {
+        summary::render(&self.stats, &self.config, self.cap)
+    }
+
+    /// Where a live block is, or `None` for a stale id.
+    pub fn allocation(&self, id: BlockId) -> Option<Allocation> {
+        let b = self.live_block(id)?;
+        Some(Allocation {
+            block: id,
+            segment: SegmentId(b.segment),
+            offset: b.offset,
+            size: b.size,
+            requested: b.requested,
+            pool: self.segments[b.segment as usize].pool,
+        })
+    }
+
+    fn live_block(&self, id: BlockId) -> Option<&BlockRecord> {
+        self.blocks
+            .get(id.index as usize)
+            .filter(|b| b.in_use && b.allocated && b.generation == id.generation)
+    }
+
+    /// Serves `size` bytes on `stream`.
+    ///
+    /// The request is rounded (512 B, then `roundup_power2_divisions`), looked up best-fit in
+    /// its pool's free blocks of the same stream, and on a miss goes down the retry chain:
+    /// garbage collection (with a cap and a threshold), a new segment, releasing cached
+    /// oversize blocks, releasing every cached block (counted in `num_alloc_retries`), and
+    /// finally [`AllocError::OutOfMemory`] (counted in `num_ooms`).
+    pub fn allocate<S: SegmentSource + ?Sized>(
+        &mut self,
+        size: u64,
+        stream: u32,
+        source: &mut S,
+    ) -> Result<Allocation, AllocError> {
+        if size == 0 {
+            return Err(AllocError::ZeroSize);
+        }
+        if size > self.max_segment_size {
+            return Err(AllocError::TooLarge {
+                requested: size,
+                max: self.max_segment_size,
+            });
+        }
+        let rounded = round_request(&self.config, size);
+        if rounded > self.max_segment_size {
+            return Err(AllocError::TooLarge {
+                requested: rounded,
+                max: self.max_segment_size,
+            });
+        }
+        self.clock += 1;
+        let pool = PoolKind::for_size(rounded);
+        let found = match self.config.backend {
+            Backend::Passthrough => None,
+            Backend::Native => self.find_free_block(pool, stream, rounded),
+        };
+        let block = match found {
+            Some(block) => block,
+            None => self.serve_miss(pool, stream, size, rounded, source)?,
+        };
+        Ok(self.take_block(block, rounded, size))
+    }
+
+    /// Returns a block to its pool, merging it with free neighbours in its segment.
+    pub fn free<S: SegmentSource + ?Sized>(
+        &mut self,
+        id: BlockId,
+        source: &mut S,
+    ) -> Result<(), FreeError> {
+        if self.live_block(id).is_none() {
+            return Err(FreeError::NotLive(id));
+        }
+        self.clock += 1;
+        let index = id.index;
+        let (segment, size, requested) = {
+            let b = &mut self.blocks[index as usize];
+            b.allocated = false;
+            (b.segment, b.size, b.requested)
+        };
+        let pool = self.segments[segment as usize].pool;
+        self.segments[segment as usize].live_blocks -= 1;
+        self.stats.allocation.decrease(pool, 1);
+        self.stats.allocated_bytes.decrease(pool, size);
+        if self.is_oversize(size) {
+            self.stats.oversize_allocations.decrease(1);
+        }
+        let merged = self.merge_free_block(index);
+        self.stats.active.decrease(pool, 1);
+        self.stats.active_bytes.decrease(pool, size);
+        self.stats.requested_bytes.decrease(pool, requested);
+        if self.config.backend == Backend::Passthrough {
+            self.release_block(merged, source);
+        } else if self.config.policy == Policy::Compact {
+            compact::after_free(self, merged, source);
+        }
+        Ok(())
+    }
+
+    /// Releases every cached segment that holds no live block (PyTorch's `empty_cache`).
+    /// Segments with live blocks stay, so `inactive_split` memory remains reserved.
+    pub fn empty_cache<S: SegmentSource + ?Sized>(&mut self, source: &mut S) {
+        self.release_cached_blocks(source);
+    }
+
+    #[inline]
+    pub(crate) fn is_oversize(&self, size: u64) -> bool {
+        self.config.max_split_size.is_some_and(|m| size >= m)
+    }
+
+    /// The free-index key of a block.
+    #[inline]
+    pub(crate) fn key_of(&self, block: u32) -> FreeKey {
+        let b = &self.blocks[block as usize];
+        let s = &self.segments[b.segment as usize];
+        FreeKey {
+            stream: s.stream,
+            size: b.size,
+            address: s.base + b.offset,
+            block,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn is_split(&self, block: u32) -> bool {
+        let b = &self.blocks[block as usize];
+        b.prev != NONE || b.next != NONE
+    }
+
+    /// Removes and returns the free block that serves a `rounded` request, if the pool has one.
+    fn find_free_block(&mut self, pool: PoolKind, stream: u32, rounded: u64) -> Option<u32> {
+        if self.gc_active() {
+            self.search_count[pool.index()] += 1;
+        }
+        let key = match self.config.policy {
+            Policy::Pytorch => self.pytorch_candidate(pool, stream, rounded),
+            Policy::Compact => compact::candidate(self, pool, stream, rounded),
+        }?;
+        self.free_index[pool.index()].remove(&key);
+        Some(key.block)
+    }
+
+    /// PyTorch's `get_free_block`: best fit, with the two oversize rules.
+    fn pytorch_candidate(&self, pool: PoolKind, stream: u32, rounded: u64) -> Option<FreeKey> {
+        let key = self.free_index[pool.index()].best_fit(stream, rounded)?;
+        if let Some(max_split) = self.config.max_split_size {
+            if rounded < max_split && key.size >= max_split {
+                return None;
+            }
+            if rounded >= max_split && key.size >= rounded + self.config.max_non_split_rounding {
+                return None;
+            }
+        }
+        Some(key)
+    }
+
+    #[inline]
+    pub(crate) fn gc_active(&self) -> bool {
+        self.cap.is_some() && self.config.garbage_collection_threshold.is_some()
+    }
+
+    /// PyTorch's `should_split`.
+    #[inline]
+    fn should_split(&self, pool: PoolKind, block_size: u64, rounded: u64) -> bool {
+        let remaining = block_size - rounded;
+        match pool {
+            PoolKind::Small => remaining >= MIN_BLOCK_SIZE,
+            PoolKind::Large => !self.is_oversize(rounded) && remaining > SMALL_SIZE,
+        }
+    }
+
+    /// Marks a found free block allocated, splitting off the tail when worthwhile
+    /// (PyTorch's `alloc_found_block`).
+    fn take_block(&mut self, block: u32, rounded: u64, requested: u64) -> Allocation {
+        let (segment, block_size) = {
+            let b = &self.blocks[block as usize];
+            (b.segment, b.size)
+        };
+        let pool = self.segments[segment as usize].pool;
+        let already_split = self.is_split(block);
+        let split =
+            self.config.backend == Backend::Native && self.should_split(pool, block_size, rounded);
+        if split {
+            let remaining_size = block_size - rounded;
+            let (offset, next) = {
+                let b = &self.blocks[block as usize];
+                (b.offset, b.next)
+            };
+            let remainder = self.new_block_record(segment, offset + rounded, remaining_size);
+            {
+                let r = &mut self.blocks[remainder as usize];
+                r.prev = block;
+                r.next = next;
+                r.gc_base = self.search_count[pool.index()];
+                r.freed_at = self.clock;
+            }
+            if next != NONE {
+                self.blocks[next as usize].prev = remainder;
+            }
+            let b = &mut self.blocks[block as usize];
+            b.next = remainder;
+            b.size = rounded;
+            let key = self.key_of(remainder);
+            self.free_index[pool.index()].insert(key);
+            if already_split {
+                self.stats.inactive_split_bytes.decrease(pool, rounded);
+            } else {
+                self.stats
+                    .inactive_split_bytes
+                    .increase(pool, remaining_size);
+                self.stats.inactive_split.increase(pool, 1);
+            }
+        } else if already_split {
+            self.stats.inactive_split_bytes.decrease(pool, block_size);
+            self.stats.inactive_split.decrease(pool, 1);
+        }
+        let b = &mut self.blocks[block as usize];
+        b.allocated = true;
+        b.requested = requested;
+        let (size, offset, generation) = (b.size, b.offset, b.generation);
+        self.segments[segment as usize].live_blocks += 1;
+        self.stats.allocation.increase(pool, 1);
+        self.stats.allocated_bytes.increase(pool, size);
+        self.stats.active.increase(pool, 1);
+        self.stats.active_bytes.increase(pool, size);
+        self.stats.requested_bytes.increase(pool, requested);
+        if self.is_oversize(size) {
+            self.stats.oversize_allocations.increase(1);
+        }
+        Allocation {
+            block: BlockId {
+                index: block,
+                generation,
+            },
+            segment: SegmentId(segment),
+            offset,
+            size,
+            requested,
+            pool,
+        }
+    }
+
+    /// Merges a just-freed block with its free neighbours, indexes the result, updates the
+    /// inactive-split statistics (PyTorch's `free_block`), and returns the merged block.
+    fn merge_free_block(&mut self, block: u32) -> u32 {
+        let pool = self.segments[self.blocks[block as usize].segment as usize].pool;
+        let mut net_blocks: i64 = 0;
+        let mut net_bytes: i64 = 0;
+        let prev = self.blocks[block as usize].prev;
+        let mut block = block;
+        if prev != NONE && !self.blocks[prev as usize].allocated {
+            let key = self.key_of(prev);
+            self.free_index[pool.index()].remove(&key);
+            // The lower neighbour survives so that the segment head never changes.
+            self.absorb_next(prev);
+            net_blocks -= 1;
+            net_bytes -= key.size as i64;
+            block = prev;
+        }
+        let next = self.blocks[block as usize].next;
+        if next != NONE && !self.blocks[next as usize].allocated {
+            let key = self.key_of(next);
+            self.free_index[pool.index()].remove(&key);
+            self.absorb_next(block);
+            net_blocks -= 1;
+            net_bytes -= key.size as i64;
+        }
+        if self.is_split(block) {
+            net_blocks += 1;
+            net_bytes += self.blocks[block as usize].size as i64;
+        }
+        apply_net(&mut self.stats.inactive_split, pool, net_blocks);
+        apply_net(&mut self.stats.inactive_split_bytes, pool, net_bytes);
+        {
+            let b = &mut self.blocks[block as usize];
+            b.gc_base = self.search_count[pool.index()];
+            b.freed_at = self.clock;
+        }
+        let key = self.key_of(block);
+        self.free_index[pool.index()].insert(key);
+        block
+    }
+
+    /// Folds `block`'s next neighbour into `block` and frees the neighbour's record.
+    fn absorb_next(&mut self, block: u32) {
+        let next = self.blocks[block as usize].next;
+        let (next_size, next_next) = {
+            let n = &self.blocks[next as usize];
+            (n.size, n.next)
+        };
+        let b = &mut self.blocks[block as usize];
+        b.size += next_size;
+        b.next = next_next;
+        if next_next != NONE {
+            self.blocks[next_next as usize].prev = block;
+        }
+        self.free_block_record(next);
+    }
+
+    fn new_block_record(&mut self, segment: u32, offset: u64, size: u64) -> u32 {
+        let record = |generation| BlockRecord {
+            generation,
+            segment,
+            offset,
+            size,
+            requested: 0,
+            prev: NONE,
+            next: NONE,
+            allocated: false,
+            in_use: true,
+            gc_base: 0,
+            freed_at: 0,
+        };
+        if let Some(index) = self.free_block_slots.pop() {
+            let generation = self.blocks[index as usize].generation.wrapping_add(1);
+            self.blocks[index as usize] = record(generation);
+            index
+        } else {
+            self.blocks.push(record(0));
+            (self.blocks.len() - 1) as u32
+        }
+    }
+
+    fn free_block_record(&mut self, block: u32) {
+        let b = &mut self.blocks[block as usize];
+        b.in_use = false;
+        b.allocated = false;
+        self.free_block_slots.push(block);
+    }
+
+    /// Creates a segment of `size` bytes holding one free, unindexed block, or says why not.
+    pub(crate) fn create_segment<S: SegmentSource + ?Sized>(
+        &mut self,
+        size: u64,
+        pool: PoolKind,
+        stream: u32,
+        source: &mut S,
+    ) -> Result<u32, OomCause> {
+        if self
+            .cap
+            .is_some_and(|cap| self.stats.reserved_bytes.all.current + size > cap)
+        {
+            return Err(OomCause::Cap);
+        }
+        let slot = match self.free_segment_slots.pop() {
+            Some(slot) => slot,
+            None => {
+                self.segments.push(SegmentRecord {
+                    size: 0,
+                    pool,
+                    stream,
+                    base: 0,
+                    head: NONE,
+                    live_blocks: 0,
+                    in_use: false,
+                });
+                (self.segments.len() - 1) as u32
+            }
+        };
+        if let Err(message) = source.create_segment(SegmentId(slot), size, pool) {
+            self.free_segment_slots.push(slot);
+            return Err(OomCause::Device(message));
+        }
+        let base = self.next_base;
+        self.next_base += size.div_ceil(rounding::ROUND_LARGE) * rounding::ROUND_LARGE;
+        let head = self.new_block_record(slot, 0, size);
+        self.segments[slot as usize] = SegmentRecord {
+            size,
+            pool,
+            stream,
+            base,
+            head,
+            live_blocks: 0,
+            in_use: true,
+        };
+        self.stats.segment.increase(pool, 1);
+        self.stats.reserved_bytes.increase(pool, size);
+        self.stats.num_device_alloc += 1;
+        if self.is_oversize(size) {
+            self.stats.oversize_segments.increase(1);
+        }
+        Ok(head)
+    }
+
+    /// Releases the segment of a free block that spans its whole segment.
+    pub(crate) fn release_block<S: SegmentSource + ?Sized>(&mut self, block: u32, source: &mut S) {
+        debug_assert!(!self.is_split(block) && !self.blocks[block as usize].allocated);
+        let key = self.key_of(block);
+        let segment = self.blocks[block as usize].segment;
+        let (size, pool) = {
+            let s = &self.segments[segment as usize];
+            (s.size, s.pool)
+        };
+        self.free_index[pool.index()].remove(&key);
+        self.free_block_record(block);
+        self.segments[segment as usize].in_use = false;
+        self.free_segment_slots.push(segment);
+        source.release_segment(SegmentId(segment), size);
+        self.stats.segment.decrease(pool, 1);
+        self.stats.reserved_bytes.decrease(pool, size);
+        self.stats.num_device_free += 1;
+        if self.is_oversize(size) {
+            self.stats.oversize_segments.decrease(1);
+        }
+    }
+
+    /// The size of a new segment for a rounded request under this engine's settings.
+    pub(crate) fn new_segment_size(&self, rounded: u64) -> u64 {
+        match self.config.backend {
+            Backend::Passthrough => rounded,
+            Backend::Native => match self.config.policy {
+                Policy::Pytorch => segment_size_for(&self.config, rounded),
+                Policy::Compact => compact::segment_size(self, rounded),
+            }
+            .min(self.max_segment_size),
+        }
+    }
+}
+
+fn apply_net(stat: &mut StatArray, pool: PoolKind, net: i64) {
+    if net > 0 {
+        stat.increase(pool, net as u64);
+    } else if net < 0 {
+        stat.decrease(pool, (-net) as u64);
+    }
+}

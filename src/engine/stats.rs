@@ -1,0 +1,235 @@
+//! `memory_stats`: PyTorch's statistics, with the same keys and meanings.
+
+use std::collections::BTreeMap;
+
+use super::rounding::PoolKind;
+
+/// One statistic: its current value, its peak since the last reset, and the totals added
+/// and removed since the last accumulated reset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stat {
+    /// Current value.
+    pub current: u64,
+    /// Largest `current` since creation or [`reset_peak`](Stat::reset_peak).
+    pub peak: u64,
+    /// Sum of all increases.
+    pub allocated: u64,
+    /// Sum of all decreases.
+    pub freed: u64,
+}
+
+impl Stat {
+    #[inline]
+    pub(crate) fn increase(&mut self, amount: u64) {
+        self.current += amount;
+        self.allocated += amount;
+        self.peak = self.peak.max(self.current);
+    }
+
+    #[inline]
+    pub(crate) fn decrease(&mut self, amount: u64) {
+        debug_assert!(self.current >= amount, "statistic would go negative");
+        self.current -= amount;
+        self.freed += amount;
+    }
+
+    /// Sets the peak to the current value.
+    pub fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+
+    /// Zeroes the accumulated totals.
+    pub fn reset_accumulated(&mut self) {
+        self.allocated = 0;
+        self.freed = 0;
+    }
+}
+
+/// A statistic kept for all pools together and for each pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatArray {
+    /// Both pools.
+    pub all: Stat,
+    /// Blocks of rounded size up to 1 MiB.
+    pub small_pool: Stat,
+    /// Larger blocks.
+    pub large_pool: Stat,
+}
+
+impl StatArray {
+    #[inline]
+    pub(crate) fn increase(&mut self, pool: PoolKind, amount: u64) {
+        self.all.increase(amount);
+        self.pool_mut(pool).increase(amount);
+    }
+
+    #[inline]
+    pub(crate) fn decrease(&mut self, pool: PoolKind, amount: u64) {
+        self.all.decrease(amount);
+        self.pool_mut(pool).decrease(amount);
+    }
+
+    /// The statistic of one pool.
+    pub fn pool(&self, pool: PoolKind) -> &Stat {
+        match pool {
+            PoolKind::Small => &self.small_pool,
+            PoolKind::Large => &self.large_pool,
+        }
+    }
+
+    #[inline]
+    fn pool_mut(&mut self, pool: PoolKind) -> &mut Stat {
+        match pool {
+            PoolKind::Small => &mut self.small_pool,
+            PoolKind::Large => &mut self.large_pool,
+        }
+    }
+
+    fn each_mut(&mut self) -> [&mut Stat; 3] {
+        [&mut self.all, &mut self.small_pool, &mut self.large_pool]
+    }
+}
+
+/// Every statistic the engine keeps. Field names are PyTorch's `memory_stats()` keys.
+///
+/// - `allocation`, `allocated_bytes`: live blocks and their rounded sizes.
+/// - `requested_bytes`: the caller's sizes of live blocks.
+/// - `segment`, `reserved_bytes`: segments and their sizes.
+/// - `active`, `active_bytes`: blocks in use (equal to allocation here: there are no
+///   deferred stream frees).
+/// - `inactive_split`, `inactive_split_bytes`: free blocks inside partly used segments,
+///   memory that `empty_cache` cannot release.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Number of live blocks.
+    pub allocation: StatArray,
+    /// Number of segments.
+    pub segment: StatArray,
+    /// Number of active blocks.
+    pub active: StatArray,
+    /// Number of free blocks in split segments.
+    pub inactive_split: StatArray,
+    /// Bytes of live blocks (rounded sizes).
+    pub allocated_bytes: StatArray,
+    /// Bytes of segments.
+    pub reserved_bytes: StatArray,
+    /// Bytes of active blocks.
+    pub active_bytes: StatArray,
+    /// Bytes of free blocks in split segments.
+    pub inactive_split_bytes: StatArray,
+    /// Bytes the callers asked for, of live blocks.
+    pub requested_bytes: StatArray,
+    /// Live blocks of at least `max_split_size`.
+    pub oversize_allocations: Stat,
+    /// Segments of at least `max_split_size`.
+    pub oversize_segments: Stat,
+    /// Allocations that needed the release-everything retry.
+    pub num_alloc_retries: u64,
+    /// Allocations that failed with out-of-memory.
+    pub num_ooms: u64,
+    /// Segments created.
+    pub num_device_alloc: u64,
+    /// Segments released.
+    pub num_device_free: u64,
+}
+
+impl MemoryStats {
+    fn arrays(&self) -> [(&'static str, &StatArray); 9] {
+        [
+            ("allocation", &self.allocation),
+            ("segment", &self.segment),
+            ("active", &self.active),
+            ("inactive_split", &self.inactive_split),
+            ("allocated_bytes", &self.allocated_bytes),
+            ("reserved_bytes", &self.reserved_bytes),
+            ("active_bytes", &self.active_bytes),
+            ("inactive_split_bytes", &self.inactive_split_bytes),
+            ("requested_bytes", &self.requested_bytes),
+        ]
+    }
+
+    fn arrays_mut(&mut self) -> [&mut StatArray; 9] {
+        [
+            &mut self.allocation,
+            &mut self.segment,
+            &mut self.active,
+            &mut self.inactive_split,
+            &mut self.allocated_bytes,
+            &mut self.reserved_bytes,
+            &mut self.active_bytes,
+            &mut self.inactive_split_bytes,
+            &mut self.requested_bytes,
+        ]
+    }
+
+    /// The statistics as PyTorch's flat dictionary: `"allocated_bytes.all.current"`,
+    /// `"oversize_segments.peak"`, `"num_ooms"` and so on.
+    pub fn to_map(&self) -> BTreeMap<String, u64> {
+        let mut map = BTreeMap::new();
+        let mut put = |prefix: String, stat: &Stat| {
+            map.insert(format!("{prefix}.current"), stat.current);
+            map.insert(format!("{prefix}.peak"), stat.peak);
+            map.insert(format!("{prefix}.allocated"), stat.allocated);
+            map.insert(format!("{prefix}.freed"), stat.freed);
+        };
+        for (name, array) in self.arrays() {
+            put(format!("{name}.all"), &array.all);
+            put(format!("{name}.small_pool"), &array.small_pool);
+            put(format!("{name}.large_pool"), &array.large_pool);
+        }
+        put("oversize_allocations".into(), &self.oversize_allocations);
+        put("oversize_segments".into(), &self.oversize_segments);
+        map.insert("num_alloc_retries".into(), self.num_alloc_retries);
+        map.insert("num_ooms".into(), self.num_ooms);
+        map.insert("num_device_alloc".into(), self.num_device_alloc);
+        map.insert("num_device_free".into(), self.num_device_free);
+        map
+    }
+
+    /// Sets every peak to its current value (PyTorch's `reset_peak_memory_stats`).
+    pub fn reset_peak(&mut self) {
+        for array in self.arrays_mut() {
+            for stat in array.each_mut() {
+                stat.reset_peak();
+            }
+        }
+        self.oversize_allocations.reset_peak();
+        self.oversize_segments.reset_peak();
+    }
+
+    /// Zeroes every accumulated total and counter (PyTorch's
+    /// `reset_accumulated_memory_stats`).
+    pub fn reset_accumulated(&mut self) {
+        for array in self.arrays_mut() {
+            for stat in array.each_mut() {
+                stat.reset_accumulated();
+            }
+        }
+        self.oversize_allocations.reset_accumulated();
+        self.oversize_segments.reset_accumulated();
+        self.num_alloc_retries = 0;
+        self.num_ooms = 0;
+        self.num_device_alloc = 0;
+        self.num_device_free = 0;
+    }
+
+    /// The current values only, for comparing against a recount.
+    pub fn currents(&self) -> Vec<(&'static str, [u64; 3])> {
+        let mut out: Vec<(&'static str, [u64; 3])> = self
+            .arrays()
+            .iter()
+            .map(|(name, a)| {
+                (
+                    *name,
+                    [a.all.current, a.small_pool.current, a.large_pool.current],
+                )
+            })
+            .collect();
+        out.push((
+            "oversize_allocations",
+            [self.oversize_allocations.current, 0, 0],
+        ));
+        out.push(("oversize_segments", [self.oversize_segments.current, 0, 0]));
+        out
+    }
+}

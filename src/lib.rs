@@ -1,0 +1,12 @@
+//! wgpool: a cross-vendor GPU memory pool on wgpu, with the semantics of PyTorch's CUDA
+//! caching allocator.
+//!
+//! - [`engine`]: the placement engine. Pure Rust, no wgpu: it carves abstract segments into
+//!   blocks and keeps PyTorch's statistics.
+//! - [`config`]: `WGPOOL_CONF`, in `PYTORCH_CUDA_ALLOC_CONF` syntax.
+//! - [`trace`]: trace parsing and replay through the engine.
+
+pub mod config;
+pub mod engine;
+pub mod format;
+pub mod trace;

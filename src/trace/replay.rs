@@ -1,0 +1,187 @@
+//! Replaying a trace through the engine over virtual segments, with no GPU.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::parse::{Trace, TraceOp};
+use crate::config::Config;
+use crate::engine::{AllocError, BlockId, Engine, EngineLimits, VirtualSegments};
+
+/// What a replay measured. Serialized as `wgpool replay --json` prints it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayReport {
+    /// The configuration, in `WGPOOL_CONF` syntax (empty for the defaults).
+    pub conf: String,
+    /// The policy that ran.
+    pub policy: &'static str,
+    /// Operations replayed.
+    pub ops: u64,
+    /// Peak of the summed requested sizes of live allocations.
+    pub peak_live_bytes: u64,
+    /// Peak of reserved (segment) bytes.
+    pub peak_reserved_bytes: u64,
+    /// `peak_reserved_bytes / peak_live_bytes`.
+    pub ratio: f64,
+    /// Peak of allocated (rounded) bytes.
+    pub peak_allocated_bytes: u64,
+    /// Segments created over the replay.
+    pub segments_created: u64,
+    /// Segments released over the replay.
+    pub segments_released: u64,
+    /// Bytes of every segment created over the replay (churn).
+    pub segment_bytes_created: u64,
+    /// `segment_bytes_created / peak_live_bytes`.
+    pub churn: f64,
+    /// Reserved bytes at the end of the trace.
+    pub final_reserved_bytes: u64,
+    /// Allocations that needed the release-everything retry.
+    pub num_alloc_retries: u64,
+    /// Allocations that failed with out-of-memory (possible only under a cap).
+    pub num_ooms: u64,
+    /// Engine time per operation in nanoseconds, parsing excluded (median of the timed runs).
+    pub ns_per_op: f64,
+    /// How many times the trace was replayed to time it.
+    pub timed_runs: u32,
+}
+
+/// Replay settings beyond the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayOptions {
+    /// Device memory size for `per_process_memory_fraction`, if given.
+    pub device_memory: Option<u64>,
+    /// Check the engine's invariants after every operation (slow; for tests).
+    pub check_every_op: bool,
+    /// Minimum number of timed runs.
+    pub min_timed_runs: u32,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            device_memory: None,
+            check_every_op: false,
+            min_timed_runs: 5,
+        }
+    }
+}
+
+struct RunResult {
+    engine: Engine,
+    peak_live: u64,
+    elapsed_ns: u128,
+}
+
+fn run_once(trace: &Trace, config: &Config, options: &ReplayOptions) -> Result<RunResult, String> {
+    let limits = EngineLimits {
+        device_memory: options.device_memory,
+        ..EngineLimits::unlimited()
+    };
+    let mut engine = Engine::new(config.clone(), limits)?;
+    let mut device = VirtualSegments::unlimited();
+    let mut slots: Vec<Option<(BlockId, u64)>> = vec![None; trace.slots];
+    let mut live: u64 = 0;
+    let mut peak_live: u64 = 0;
+    let start = Instant::now();
+    for (i, op) in trace.ops.iter().enumerate() {
+        match *op {
+            TraceOp::Alloc { slot, size, stream } => {
+                if size == 0 {
+                    continue;
+                }
+                match engine.allocate(size, stream, &mut device) {
+                    Ok(a) => {
+                        slots[slot as usize] = Some((a.block, size));
+                        live += size;
+                        peak_live = peak_live.max(live);
+                    }
+                    Err(AllocError::OutOfMemory(_)) => {}
+                    Err(e) => return Err(format!("trace line {}: {e}", trace.lines[i])),
+                }
+            }
+            TraceOp::Free { slot } => {
+                if let Some((block, size)) = slots[slot as usize].take() {
+                    live -= size;
+                    engine.free(block, &mut device).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        if options.check_every_op {
+            engine
+                .check_invariants()
+                .map_err(|e| format!("after trace line {}: {e}", trace.lines[i]))?;
+        }
+    }
+    let elapsed_ns = start.elapsed().as_nanos();
+    Ok(RunResult {
+        engine,
+        peak_live,
+        elapsed_ns,
+    })
+}
+
+/// Replays `trace` under `config` and reports memory and timing figures.
+///
+/// The memory figures come from the first run; the trace is then replayed again on fresh
+/// engines until at least `min_timed_runs` runs and 200 ms have passed, and `ns_per_op` is the
+/// median. Out-of-memory under a cap does not stop the replay: the allocation is counted in
+/// `num_ooms` and its later free is skipped.
+pub fn replay(
+    trace: &Trace,
+    config: &Config,
+    options: &ReplayOptions,
+) -> Result<ReplayReport, String> {
+    let first = run_once(trace, config, options)?;
+    let timing_options = ReplayOptions {
+        check_every_op: false,
+        ..*options
+    };
+    let mut times = vec![if options.check_every_op {
+        u128::MAX
+    } else {
+        first.elapsed_ns
+    }];
+    let budget = Instant::now();
+    while times.len() < options.min_timed_runs.max(1) as usize || budget.elapsed().as_millis() < 200
+    {
+        times.push(run_once(trace, config, &timing_options)?.elapsed_ns);
+        if times.len() > 1000 {
+            break;
+        }
+    }
+    times.retain(|&t| t != u128::MAX);
+    times.sort_unstable();
+    let median = times[times.len() / 2];
+    let stats = first.engine.memory_stats();
+    let ops = trace.ops.len() as u64;
+    let peak_reserved = stats.reserved_bytes.all.peak;
+    let ratio_of = |x: u64| {
+        if first.peak_live == 0 {
+            0.0
+        } else {
+            x as f64 / first.peak_live as f64
+        }
+    };
+    Ok(ReplayReport {
+        conf: config.to_conf_string(),
+        policy: config.policy.name(),
+        ops,
+        peak_live_bytes: first.peak_live,
+        peak_reserved_bytes: peak_reserved,
+        ratio: ratio_of(peak_reserved),
+        peak_allocated_bytes: stats.allocated_bytes.all.peak,
+        segments_created: stats.num_device_alloc,
+        segments_released: stats.num_device_free,
+        segment_bytes_created: stats.reserved_bytes.all.allocated,
+        churn: ratio_of(stats.reserved_bytes.all.allocated),
+        final_reserved_bytes: stats.reserved_bytes.all.current,
+        num_alloc_retries: stats.num_alloc_retries,
+        num_ooms: stats.num_ooms,
+        ns_per_op: if ops == 0 {
+            0.0
+        } else {
+            median as f64 / ops as f64
+        },
+        timed_runs: times.len() as u32,
+    })
+}
