@@ -9,4 +9,6 @@
 pub mod config;
 pub mod engine;
 pub mod format;
+pub mod gpu;
+pub mod kernels;
 pub mod trace;

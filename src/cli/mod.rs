@@ -1,5 +1,7 @@
 //! Subcommands of the `wgpool` binary.
 
+pub mod bench;
+pub mod info;
 pub mod replay;
 
 /// A failed command: what to print and the exit code.

@@ -1,0 +1,1 @@
+//! WGSL compute kernels from `shaders/`, and the code that dispatches them.
