@@ -6,6 +6,7 @@
 //! - [`config`]: `WGPOOL_CONF`, in `PYTORCH_CUDA_ALLOC_CONF` syntax.
 //! - [`trace`]: trace parsing and replay through the engine.
 
+pub mod bench;
 pub mod config;
 pub mod engine;
 pub mod format;

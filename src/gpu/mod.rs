@@ -1,1 +1,24 @@
-//! wgpu device set-up and adapter facts (owned by the GPU-context work; see issue 3 and 4).
+//! Headless wgpu device set-up, adapter facts, device memory and GPU timing.
+//!
+//! - [`GpuContext`]: instance, adapter, device and queue, opened from [`HeadlessOptions`] and
+//!   the `WGPU_*` environment variables, with the adapter's own limits and an error handler
+//!   that records instead of panicking.
+//! - [`DeviceMemoryInfo`]: Vulkan memory heaps, budget and usage.
+//! - [`timing`]: GPU timestamps with a wall-clock fallback, median of repeated runs.
+//! - [`transfer`]: upload and readback of buffer regions (tests and benchmarks).
+//! - [`scope`]: running a closure under wgpu error scopes.
+
+mod context;
+mod error;
+mod error_log;
+mod memory;
+pub mod scope;
+pub mod timing;
+pub mod transfer;
+
+pub use context::{
+    GpuContext, HeadlessOptions, OPTIONAL_FEATURES, create_instance, enumerate_adapters,
+};
+pub use error::GpuError;
+pub use error_log::{ErrorLog, error_text};
+pub use memory::{DeviceMemoryInfo, MemoryHeap};

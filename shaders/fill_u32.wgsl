@@ -1,0 +1,34 @@
+// Fill: every word of dst = params.word (an f32 fill passes the value's bits).
+//
+// dst is bound twice over the same range: as vec4 (the bulk, grid-stride loop) and as
+// scalars (the 0 to 3 trailing words). Workgroup size 256.
+
+// Parameters of one dispatch window (16 bytes, one uniform binding).
+struct Params {
+    // Elements in this window.
+    count: u32,
+    // Global index of the window's first element within the whole operand (mod 2^32).
+    base: u32,
+    // Constant word (fill) or seed (fill_pattern); unused elsewhere.
+    word: u32,
+    // The scalar s of scale and triad; unused elsewhere.
+    scalar: f32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+
+@group(0) @binding(1) var<storage, read_write> dst4: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read_write> dst1: array<u32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let n4 = params.count / 4u;
+    let stride = groups.x * 256u;
+    let value = vec4<u32>(params.word);
+    for (var i = gid.x; i < n4; i += stride) {
+        dst4[i] = value;
+    }
+    if (gid.x < params.count % 4u) {
+        dst1[n4 * 4u + gid.x] = params.word;
+    }
+}

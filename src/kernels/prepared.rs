@@ -1,0 +1,80 @@
+//! [`PreparedKernel`]: a checked kernel call with its bind groups, recordable many times.
+
+use super::kernel::{Access, Kernel};
+
+pub(super) struct Window {
+    pub(super) bind_group: wgpu::BindGroup,
+    pub(super) groups: u32,
+}
+
+/// A kernel call that passed every check, with one bind group per binding window and its
+/// parameters on the device. Recording it allocates nothing, so it is what benchmarks time.
+///
+/// It keeps the operands' buffers alive (bind groups hold them).
+pub struct PreparedKernel {
+    pub(super) kernel: Kernel,
+    pub(super) access: Access,
+    pub(super) pipeline: wgpu::ComputePipeline,
+    pub(super) windows: Vec<Window>,
+    /// Kept alive for the bind groups.
+    #[allow(dead_code)]
+    pub(super) params: wgpu::Buffer,
+    pub(super) clear: Option<(wgpu::Buffer, u64)>,
+    pub(super) operand_bytes: u64,
+}
+
+impl PreparedKernel {
+    /// The kernel.
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
+    }
+
+    /// Which input declaration the call compiled to (read-write when an input shares a
+    /// buffer with the output or result).
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// Number of dispatches (binding windows).
+    pub fn dispatches(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Bytes per data operand.
+    pub fn operand_bytes(&self) -> u64 {
+        self.operand_bytes
+    }
+
+    /// Bytes read plus written by one run.
+    pub fn bytes_moved(&self) -> u64 {
+        self.kernel.bytes_moved(self.operand_bytes)
+    }
+
+    /// Records the kernel into `encoder`: for a reduction, first a clear of the result word,
+    /// then one compute pass with one dispatch per window. `timestamp_writes` go on that pass
+    /// (the pass is begun even for empty operands, so timestamps are always written).
+    pub fn record(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        timestamp_writes: Option<wgpu::ComputePassTimestampWrites<'_>>,
+    ) {
+        if let Some((buffer, offset)) = &self.clear {
+            encoder.clear_buffer(buffer, *offset, Some(4));
+        }
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("wgpool kernel"),
+            timestamp_writes,
+        });
+        self.record_in_pass(&mut pass);
+    }
+
+    /// Records only the dispatches into an open compute pass. A reduction's result word is
+    /// not cleared: the result accumulates onto whatever it holds.
+    pub fn record_in_pass(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.pipeline);
+        for window in &self.windows {
+            pass.set_bind_group(0, &window.bind_group, &[]);
+            pass.dispatch_workgroups(window.groups, 1, 1);
+        }
+    }
+}
