@@ -260,7 +260,11 @@ impl Engine {
             Some(block) => block,
             None => self.serve_miss(pool, stream, size, rounded, source)?,
         };
-        Ok(self.take_block(block, rounded, size))
+        let allocation = self.take_block(block, rounded, size);
+        if self.config.policy == Policy::Compact {
+            compact::after_allocate(self);
+        }
+        Ok(allocation)
     }
 
     /// Returns a block to its pool, merging it with free neighbours in its segment.
@@ -292,8 +296,6 @@ impl Engine {
         self.stats.requested_bytes.decrease(pool, requested);
         if self.config.backend == Backend::Passthrough {
             self.release_block(merged, source);
-        } else if self.config.policy == Policy::Compact {
-            compact::after_free(self, merged, source);
         }
         Ok(())
     }
@@ -342,17 +344,25 @@ impl Engine {
     }
 
     /// PyTorch's `get_free_block`: best fit, with the two oversize rules.
-    fn pytorch_candidate(&self, pool: PoolKind, stream: u32, rounded: u64) -> Option<FreeKey> {
+    pub(crate) fn pytorch_candidate(
+        &self,
+        pool: PoolKind,
+        stream: u32,
+        rounded: u64,
+    ) -> Option<FreeKey> {
         let key = self.free_index[pool.index()].best_fit(stream, rounded)?;
-        if let Some(max_split) = self.config.max_split_size {
-            if rounded < max_split && key.size >= max_split {
-                return None;
-            }
-            if rounded >= max_split && key.size >= rounded + self.config.max_non_split_rounding {
-                return None;
-            }
+        self.passes_oversize_rules(key.size, rounded).then_some(key)
+    }
+
+    /// `max_split_size_mb`: a request below it never takes a block at or above it, and a
+    /// request at or above it takes a block only if it is less than
+    /// `max_non_split_rounding_mb` larger.
+    pub(crate) fn passes_oversize_rules(&self, block_size: u64, rounded: u64) -> bool {
+        match self.config.max_split_size {
+            None => true,
+            Some(max_split) if rounded < max_split => block_size < max_split,
+            Some(_) => block_size < rounded + self.config.max_non_split_rounding,
         }
-        Some(key)
     }
 
     #[inline]

@@ -20,10 +20,10 @@ impl Engine {
         if self.gc_active() {
             self.garbage_collect(source);
         }
-        if self.config.policy == Policy::Compact {
-            super::compact::before_new_segment(self, pool, stream, rounded, source);
-        }
         let segment_size = self.new_segment_size(rounded);
+        if self.config.policy == Policy::Compact {
+            super::compact::make_room(self, rounded, segment_size, source);
+        }
         if let Ok(block) = self.create_segment(segment_size, pool, stream, source) {
             return Ok(block);
         }
