@@ -12,4 +12,5 @@ pub mod engine;
 pub mod format;
 pub mod gpu;
 pub mod kernels;
+pub mod pool;
 pub mod trace;

@@ -1,0 +1,159 @@
+//! `Block`: an RAII handle to a piece of a segment buffer.
+
+use std::sync::Arc;
+
+use super::BindingError;
+use super::shared::PoolShared;
+use crate::engine::{Allocation, BlockId, SegmentId};
+use crate::kernels::Operand;
+
+/// A block of device memory: the range `offset()..offset() + capacity()` of `buffer()`, of
+/// which the caller asked for `size()` bytes.
+///
+/// Guarantees:
+/// - no other live block of any pool overlaps it;
+/// - `offset()` is a multiple of 512 B, so it meets every offset alignment wgpu allows;
+/// - dropping it returns the memory to the pool at once. Work already submitted that uses the
+///   block still sees its data: the pool's next user of this memory can only reach it through
+///   later submissions on the same queue, which run after it.
+///
+/// A block never outlives the memory behind it: it keeps the pool's shared state alive.
+pub struct Block {
+    pub(super) shared: Arc<PoolShared>,
+    pub(super) id: BlockId,
+    pub(super) buffer: wgpu::Buffer,
+    pub(super) segment: SegmentId,
+    pub(super) offset: u64,
+    pub(super) size: u64,
+    pub(super) capacity: u64,
+}
+
+impl Block {
+    pub(super) fn new(
+        shared: Arc<PoolShared>,
+        allocation: Allocation,
+        buffer: wgpu::Buffer,
+    ) -> Block {
+        Block {
+            shared,
+            id: allocation.block,
+            buffer,
+            segment: allocation.segment,
+            offset: allocation.offset,
+            size: allocation.requested,
+            capacity: allocation.size,
+        }
+    }
+
+    /// The segment buffer that holds the block.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+
+    /// Byte offset of the block in [`buffer`](Block::buffer).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The bytes the caller asked for.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The bytes the block really spans: `size()` rounded up by the pool (a multiple of
+    /// 512 B). Bytes past `size()` belong to this block and no other.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The segment the block lives in.
+    pub fn segment(&self) -> SegmentId {
+        self.segment
+    }
+
+    /// The engine's id of the block.
+    pub fn id(&self) -> BlockId {
+        self.id
+    }
+
+    /// `size()` rounded up to 4 bytes: the extent bindings and copies use.
+    pub fn bound_size(&self) -> u64 {
+        self.size.div_ceil(4) * 4
+    }
+
+    /// The whole block as one binding: `offset()` and `bound_size()`.
+    ///
+    /// Fails with [`BindingError::TooLarge`] when the block is larger than the device allows
+    /// one binding to be (`max_storage_buffer_binding_size` for storage pools); bind it in
+    /// windows with [`binding_range`](Block::binding_range) instead.
+    pub fn binding(&self) -> Result<wgpu::BufferBinding<'_>, BindingError> {
+        self.binding_range(0, self.bound_size())
+    }
+
+    /// A window `start..start + size` of the block as a binding. `start` must be a multiple
+    /// of the device's offset alignment and the window must lie inside the block and within
+    /// the binding limit.
+    pub fn binding_range(
+        &self,
+        start: u64,
+        size: u64,
+    ) -> Result<wgpu::BufferBinding<'_>, BindingError> {
+        let limits = &self.shared.limits;
+        if start
+            .checked_add(size)
+            .is_none_or(|end| end > self.capacity)
+        {
+            return Err(BindingError::OutOfRange {
+                offset: start,
+                size,
+                capacity: self.capacity,
+            });
+        }
+        if start % limits.offset_alignment != 0 {
+            return Err(BindingError::Misaligned {
+                offset: start,
+                alignment: limits.offset_alignment,
+            });
+        }
+        if size > limits.binding_limit {
+            return Err(BindingError::TooLarge {
+                size,
+                limit: limits.binding_limit,
+                kind: limits.binding_kind,
+            });
+        }
+        Ok(wgpu::BufferBinding {
+            buffer: &self.buffer,
+            offset: self.offset + start,
+            size: std::num::NonZeroU64::new(size),
+        })
+    }
+
+    /// The block as a buffer slice of `size()` bytes (for vertex, index and copy use).
+    pub fn slice(&self) -> wgpu::BufferSlice<'_> {
+        self.buffer.slice(self.offset..self.offset + self.size)
+    }
+
+    /// The block as a kernel operand of `bound_size()` bytes. Kernels split operands larger
+    /// than the binding limit into windows themselves.
+    pub fn operand(&self) -> Operand<'_> {
+        Operand::new(&self.buffer, self.offset, self.bound_size())
+    }
+}
+
+impl std::fmt::Debug for Block {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Block")
+            .field("segment", &self.segment.0)
+            .field("offset", &self.offset)
+            .field("size", &self.size)
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        self.shared.free(self.id);
+    }
+}

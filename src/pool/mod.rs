@@ -1,0 +1,334 @@
+//! The wgpu pool: real device buffers behind the placement engine.
+//!
+//! A [`Pool`] owns segment buffers of one usage set and hands out [`Block`]s: RAII handles to
+//! 512 B-aligned ranges of those buffers that return to the pool on drop.
+//!
+//! ```no_run
+//! use wgpool::config::Config;
+//! use wgpool::gpu::{GpuContext, HeadlessOptions};
+//! use wgpool::pool::Pool;
+//!
+//! let gpu = GpuContext::headless(&HeadlessOptions::default())?;
+//! let pool = Pool::from_context(&gpu, Config::from_env()?)?;
+//! let block = pool.alloc(1 << 20)?;
+//! pool.write(&block, &vec![7u8; 1 << 20])?;
+//! assert_eq!(pool.read(&block)?[..4], [7, 7, 7, 7]);
+//! drop(block); // back in the pool's cache
+//! pool.empty_cache(); // and the segment buffer destroyed
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Ordering: reuse after free
+//!
+//! wgpu has one queue per device, and work on it runs in submission order. A block dropped
+//! while submitted work still reads or writes it may be handed out again at once; anything
+//! done with the new block reaches the GPU in a later submission, which runs after the old
+//! work. So device-side reuse needs no waiting. Memory the CPU touches is different: mapping
+//! (as in [`Pool::read`]) waits for the GPU work that used it.
+//!
+//! # Out of memory
+//!
+//! Segment creation runs under wgpu error scopes. A device out-of-memory goes down the
+//! engine's retry chain (release cached blocks, retry) and ends, if nothing helps, as
+//! [`AllocError::OutOfMemory`] with the engine's diagnostic; the pool stays usable.
+
+mod block;
+mod device_memory;
+mod device_segments;
+mod error;
+mod shared;
+
+use std::sync::{Arc, Mutex};
+
+pub use block::Block;
+pub use error::{BindingError, PoolError};
+
+use crate::config::Config;
+use crate::engine::{AllocError, Engine, EngineLimits, MemoryStats, SegmentSnapshot};
+use crate::gpu::GpuContext;
+use crate::gpu::transfer::{TransferError, read_region, write_region};
+use device_segments::DeviceSegments;
+use shared::{BindingLimits, PoolShared, PoolState};
+
+/// The default usages of pool segments.
+pub const DEFAULT_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+/// Settings of a pool beyond `WGPOOL_CONF`.
+#[derive(Debug, Clone)]
+pub struct PoolOptions {
+    /// Usages of every segment buffer. A pool serves one usage set; make one pool per set
+    /// (storage, uniform, vertex, index, indirect). Each pool keeps its own cap.
+    pub usage: wgpu::BufferUsages,
+    /// Label prefix of the segment buffers.
+    pub label: String,
+    /// Device memory in bytes for `per_process_memory_fraction`. `None` reads it from the
+    /// device (Vulkan memory heaps); set it where the backend cannot report it.
+    pub device_memory: Option<u64>,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            usage: DEFAULT_USAGE,
+            label: "wgpool".to_string(),
+            device_memory: None,
+        }
+    }
+}
+
+/// A caching pool of device memory. Cheap to clone: clones share the same pool.
+/// `Pool` is `Send + Sync`; allocation and free from many threads are serialized by one lock.
+#[derive(Clone)]
+pub struct Pool {
+    shared: Arc<PoolShared>,
+}
+
+impl Pool {
+    /// A pool of [`DEFAULT_USAGE`] segments on `device`.
+    pub fn new(
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        config: Config,
+    ) -> Result<Pool, PoolError> {
+        Pool::with_options(device, queue, config, PoolOptions::default())
+    }
+
+    /// A pool on a [`GpuContext`], with the device memory size read from its adapter.
+    pub fn from_context(gpu: &GpuContext, config: Config) -> Result<Pool, PoolError> {
+        let device_memory = gpu.memory_info().and_then(|info| info.device_local_bytes());
+        let options = PoolOptions {
+            device_memory,
+            ..PoolOptions::default()
+        };
+        Pool::with_options(gpu.device(), gpu.queue(), config, options)
+    }
+
+    /// A pool with explicit [`PoolOptions`].
+    pub fn with_options(
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        config: Config,
+        options: PoolOptions,
+    ) -> Result<Pool, PoolError> {
+        let usage = options.usage;
+        if usage.is_empty() {
+            return Err(PoolError::Usage {
+                usage,
+                reason: "no usage given",
+            });
+        }
+        if usage.intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE) {
+            return Err(PoolError::Usage {
+                usage,
+                reason: "mappable host memory belongs to the staging pool, not a device pool",
+            });
+        }
+        let limits = device.limits();
+        let binding = binding_limits(usage, &limits);
+        if binding.offset_alignment > crate::engine::rounding::MIN_BLOCK_SIZE {
+            return Err(PoolError::Alignment {
+                alignment: binding.offset_alignment,
+            });
+        }
+        let device_memory = options
+            .device_memory
+            .or_else(|| device_memory::device_local_bytes(device));
+        let engine_limits = EngineLimits {
+            device_memory,
+            max_segment_size: limits.max_buffer_size,
+        };
+        let engine = Engine::new(config, engine_limits).map_err(PoolError::Config)?;
+        let segments = DeviceSegments::new(device.clone(), usage, options.label);
+        Ok(Pool {
+            shared: Arc::new(PoolShared {
+                device: device.clone(),
+                queue: queue.clone(),
+                limits: binding,
+                state: Mutex::new(PoolState { engine, segments }),
+            }),
+        })
+    }
+
+    /// A block of at least `size` bytes.
+    ///
+    /// Fails with [`AllocError::ZeroSize`] for 0, [`AllocError::TooLarge`] above the device's
+    /// `max_buffer_size`, and [`AllocError::OutOfMemory`] when neither the cache, nor a new
+    /// segment, nor releasing the whole cache and retrying helps.
+    pub fn alloc(&self, size: u64) -> Result<Block, AllocError> {
+        let mut state = self.shared.lock();
+        let PoolState { engine, segments } = &mut *state;
+        let allocation = engine.allocate(size, 0, segments)?;
+        let buffer = segments.buffer(allocation.segment).clone();
+        drop(state);
+        Ok(Block::new(self.shared.clone(), allocation, buffer))
+    }
+
+    /// A copy of the statistics, with PyTorch's keys and meanings.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.shared.lock().engine.memory_stats()
+    }
+
+    /// Sets every peak statistic to its current value.
+    pub fn reset_peak_stats(&self) {
+        self.shared.lock().engine.reset_peak_stats();
+    }
+
+    /// The statistics as a text table.
+    pub fn memory_summary(&self) -> String {
+        self.shared.lock().engine.memory_summary()
+    }
+
+    /// The segments and their blocks.
+    pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
+        self.shared.lock().engine.snapshot()
+    }
+
+    /// Destroys every cached segment buffer that holds no live block; `reserved_bytes` drops
+    /// by their total size.
+    pub fn empty_cache(&self) {
+        let mut state = self.shared.lock();
+        let PoolState { engine, segments } = &mut *state;
+        engine.empty_cache(segments);
+    }
+
+    /// Checks the engine's invariants (statistics equal a recount, blocks tile their
+    /// segments) and that every segment has a live buffer of its size. For tests and for
+    /// debugging an application; it walks every block.
+    pub fn check_consistency(&self) -> Result<(), String> {
+        let state = self.shared.lock();
+        state.engine.check_invariants()?;
+        for segment in state.engine.snapshot() {
+            let buffer = state.segments.buffer(segment.id);
+            if buffer.size() != segment.size {
+                return Err(format!(
+                    "segment {} has {} bytes but its buffer {}",
+                    segment.id.0,
+                    segment.size,
+                    buffer.size()
+                ));
+            }
+        }
+        let live = state.segments.live_buffers();
+        let segments = state.engine.memory_stats().segment.all.current as usize;
+        if live != segments {
+            return Err(format!(
+                "{live} segment buffers exist for {segments} segments"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The cap on reserved bytes, if any.
+    pub fn memory_cap(&self) -> Option<u64> {
+        self.shared.lock().engine.memory_cap()
+    }
+
+    /// The configuration the pool runs.
+    pub fn config(&self) -> Config {
+        self.shared.lock().engine.config().clone()
+    }
+
+    /// The usages of the pool's segment buffers.
+    pub fn usage(&self) -> wgpu::BufferUsages {
+        self.shared.lock().segments.usage()
+    }
+
+    /// The device.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.shared.device
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.shared.queue
+    }
+
+    /// Copies `data` into the start of `block`, in queue order: work submitted after this
+    /// call sees the data. `data` may be shorter than the block; it may not be longer.
+    pub fn write(&self, block: &Block, data: &[u8]) -> Result<(), TransferError> {
+        if data.len() as u64 > block.size() {
+            return Err(TransferError::OutOfRange {
+                offset: block.offset(),
+                end: block.offset() + data.len() as u64,
+                buffer_size: block.offset() + block.size(),
+            });
+        }
+        let whole = data.len() / 4 * 4;
+        let (head, tail) = data.split_at(whole);
+        let device = &self.shared.device;
+        write_region(
+            device,
+            &self.shared.queue,
+            block.buffer(),
+            block.offset(),
+            head,
+        )?;
+        if !tail.is_empty() {
+            // The block's capacity is a multiple of 512 B, so the padded word is its own.
+            let mut word = [0u8; 4];
+            word[..tail.len()].copy_from_slice(tail);
+            write_region(
+                device,
+                &self.shared.queue,
+                block.buffer(),
+                block.offset() + whole as u64,
+                &word,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The block's `size()` bytes, after all work submitted so far. Blocks until the data
+    /// is on the host.
+    pub fn read(&self, block: &Block) -> Result<Vec<u8>, TransferError> {
+        let mut data = read_region(
+            &self.shared.device,
+            &self.shared.queue,
+            block.buffer(),
+            block.offset(),
+            block.bound_size(),
+        )?;
+        data.truncate(block.size() as usize);
+        Ok(data)
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stats = self.memory_stats();
+        f.debug_struct("Pool")
+            .field("allocated_bytes", &stats.allocated_bytes.all.current)
+            .field("reserved_bytes", &stats.reserved_bytes.all.current)
+            .finish()
+    }
+}
+
+/// The binding limit and offset alignment of a usage set: the strictest among the binding
+/// kinds it contains.
+fn binding_limits(usage: wgpu::BufferUsages, limits: &wgpu::Limits) -> BindingLimits {
+    let mut out = BindingLimits {
+        binding_limit: limits.max_buffer_size,
+        binding_kind: "buffer",
+        offset_alignment: 4,
+    };
+    if usage.contains(wgpu::BufferUsages::UNIFORM) {
+        out = BindingLimits {
+            binding_limit: limits.max_uniform_buffer_binding_size,
+            binding_kind: "uniform",
+            offset_alignment: limits.min_uniform_buffer_offset_alignment as u64,
+        };
+    }
+    if usage.contains(wgpu::BufferUsages::STORAGE) {
+        let storage = limits.max_storage_buffer_binding_size;
+        if storage < out.binding_limit {
+            out.binding_limit = storage;
+            out.binding_kind = "storage";
+        }
+        out.offset_alignment = out
+            .offset_alignment
+            .max(limits.min_storage_buffer_offset_alignment as u64);
+    }
+    out
+}
