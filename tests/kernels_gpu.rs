@@ -688,3 +688,192 @@ fn unknown_adapter_name_is_an_error_listing_the_adapters() {
     assert!(text.contains("available adapters"), "{text}");
     let _ = Kernel::ALL;
 }
+
+// The benchmark driver and the command line, on the same adapter.
+
+#[test]
+fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
+    use wgpool::bench::{BenchConfig, default_sources, run_bench};
+    let ctx = context();
+    let config = BenchConfig {
+        size_bytes: 64 * 1024 + 48, // not a power of two: exercises the tails too
+        counts: RunCounts {
+            warmup: 1,
+            timed: 10,
+        },
+        force_wall: false,
+        seed: 99,
+        kernels: None,
+        kernel_options: KernelOptions::default(),
+    };
+    let mut steps = 0;
+    let report = run_bench(&ctx, &config, &mut default_sources(), &mut |event| {
+        if let wgpool::bench::BenchEvent::Step { .. } = event {
+            steps += 1;
+        }
+    })
+    .expect("bench on the test adapter");
+    let supported = Kernels::new(ctx.device(), ctx.queue()).supported().len() - 1; // not move
+    assert_eq!(report.kernels.len(), 2 * supported);
+    assert_eq!(steps, 2 * supported + 3);
+    for row in &report.kernels {
+        assert!(
+            row.verified && row.gbps > 0.0 && row.median_ns > 0.0,
+            "{row:?}"
+        );
+        // Pool operands share one buffer: inputs are then declared read_write, but only
+        // kernels that read and write data operands need it (the result word is separate).
+        let reads_and_writes = ["copy", "scale", "add", "triad"].contains(&row.name.as_str());
+        let expected_access = if row.placement == "pool" && reads_and_writes {
+            "read_write"
+        } else {
+            "read_only"
+        };
+        assert_eq!(row.input_access, expected_access, "{row:?}");
+    }
+    let copy = report
+        .kernels
+        .iter()
+        .find(|r| r.name == "copy" && r.dtype == "f32" && r.placement == "raw")
+        .expect("raw copy row");
+    assert_eq!(copy.pct_of_copy_peak, 100.0);
+    assert_eq!(copy.bytes, 2 * config.size_bytes);
+    assert!(
+        report.moves.verified
+            && report.moves.kernel_gbps > 0.0
+            && report.moves.copy_buffer_gbps > 0.0
+    );
+    let json: serde_json::Value = serde_json::to_value(&report).expect("serializes");
+    for key in [
+        "adapter",
+        "timing",
+        "size_bytes",
+        "kernels",
+        "moves",
+        "alloc",
+    ] {
+        assert!(json.get(key).is_some(), "report JSON lacks {key}");
+    }
+    assert!(json["alloc"].is_null());
+    for key in ["name", "backend", "device_type", "driver", "driver_info"] {
+        assert!(json["adapter"][key].is_string(), "adapter.{key}");
+    }
+    assert!(matches!(
+        json["timing"].as_str(),
+        Some("gpu_timestamps" | "wall")
+    ));
+    for key in [
+        "name",
+        "dtype",
+        "placement",
+        "bytes",
+        "gbps",
+        "pct_of_copy_peak",
+        "verified",
+        "median_ns",
+    ] {
+        assert!(json["kernels"][0].get(key).is_some(), "kernels[].{key}");
+    }
+    for key in ["kernel_gbps", "copy_buffer_gbps", "ratio"] {
+        assert!(json["moves"][key].is_number(), "moves.{key}");
+    }
+}
+
+fn wgpool(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_wgpool"))
+        .args(args)
+        .output()
+        .expect("run wgpool")
+}
+
+#[test]
+fn cli_rejects_bad_bench_and_info_input_with_exit_code_2() {
+    let _ = context(); // fail with the install hint, not an odd exit code, when there is no adapter
+    for (args, needle) in [
+        (&["bench", "--runs", "3"][..], "at least 10"),
+        (&["bench", "--size-mb", "0"][..], "--size-mb 0"),
+        (&["bench", "--kernels", "copy_f64"][..], "copy_f32"),
+        (
+            &["bench", "--adapter", "no such adapter 7f3a"][..],
+            "available adapters",
+        ),
+        (
+            &["bench", "--max-workgroups", "0", "--size-mb", "1"][..],
+            "max_workgroups",
+        ),
+        (
+            &["info", "--adapter", "no such adapter 7f3a"][..],
+            "matches no adapter",
+        ),
+    ] {
+        let out = wgpool(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "wgpool {args:?}: {stderr}");
+        assert!(stderr.contains(needle), "wgpool {args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn cli_info_json_lists_adapters_with_limits_and_memory() {
+    let ctx = context();
+    let out = wgpool(&["info", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("info --json is JSON");
+    let adapters = json["adapters"].as_array().expect("adapters array");
+    let mine = adapters
+        .iter()
+        .find(|a| a["name"] == ctx.info().name.as_str())
+        .expect("the test adapter is listed");
+    assert_eq!(
+        mine["limits"]["max_storage_buffer_binding_size"].as_u64(),
+        Some(ctx.limits().max_storage_buffer_binding_size)
+    );
+    assert!(mine["features"].as_array().is_some_and(|f| !f.is_empty()));
+    if ctx.info().backend == wgpu::Backend::Vulkan {
+        assert!(
+            mine["memory"]["heaps"]
+                .as_array()
+                .is_some_and(|h| !h.is_empty())
+        );
+        assert!(
+            mine["memory"]["device_local_bytes"]
+                .as_u64()
+                .is_some_and(|b| b > 0)
+        );
+    }
+}
+
+#[test]
+fn cli_bench_kernels_subset_prints_a_table() {
+    let _ = context();
+    let out = wgpool(&[
+        "bench",
+        "--quick",
+        "--size-mb",
+        "1",
+        "--kernels",
+        "copy_f32,checksum_u32",
+        "--seed",
+        "5",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = |name: &str| {
+        stdout
+            .lines()
+            .filter(|l| l.split_whitespace().next() == Some(name) && l.contains(" yes"))
+            .count()
+    };
+    assert_eq!(rows("copy"), 2, "{stdout}");
+    assert_eq!(rows("checksum"), 2, "{stdout}");
+    assert!(stdout.contains("copy_buffer_to_buffer"), "{stdout}");
+    assert!(stdout.contains("seed 0x5"), "{stdout}");
+}

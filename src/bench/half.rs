@@ -65,3 +65,35 @@ pub fn f32_from_f16_bits(bits: u16) -> f32 {
     };
     f32::from_bits(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_finite_f16_round_trips_through_f32() {
+        for bits in 0..=u16::MAX {
+            let exponent = (bits >> 10) & 0x1f;
+            if exponent == 0x1f && bits & 0x3ff != 0 {
+                assert!(f32_from_f16_bits(bits).is_nan());
+                continue;
+            }
+            assert_eq!(
+                f16_bits_from_f32(f32_from_f16_bits(bits)),
+                bits,
+                "{bits:#06x}"
+            );
+        }
+    }
+
+    #[test]
+    fn rounding_is_to_nearest_even() {
+        let one = 1.0f32;
+        let step = 1.0 / 1024.0; // f16 spacing just above 1
+        assert_eq!(f16_bits_from_f32(one + step / 2.0), 0x3c00); // tie, to even (down)
+        assert_eq!(f16_bits_from_f32(one + 1.5 * step), 0x3c02); // tie, to even (up)
+        assert_eq!(f16_bits_from_f32(one + 0.6 * step), 0x3c01);
+        assert_eq!(f16_bits_from_f32(1.0e-9), 0x0000);
+        assert_eq!(f16_bits_from_f32(f32::NAN) & 0x7c00, 0x7c00);
+    }
+}

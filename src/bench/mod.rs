@@ -1,4 +1,40 @@
 //! `wgpool bench`: kernels on pool-like blocks and on raw buffers, and in-device moves.
+//!
+//! Every kernel result is checked against a CPU reference on fresh random data before it is
+//! timed; a mismatch aborts the run. Figures count bytes read plus bytes written.
+//!
+//! To benchmark the real pool, implement [`OperandSource`] over pool blocks and pass it to
+//! [`run_bench`] alongside (or instead of) the [`default_sources`]; then put allocation
+//! figures into [`BenchReport::alloc`].
+//!
+//! ```no_run
+//! use wgpool::bench::{BenchConfig, default_sources, run_bench, table};
+//! use wgpool::gpu::timing::RunCounts;
+//! use wgpool::gpu::{GpuContext, HeadlessOptions};
+//! let ctx = GpuContext::headless(&HeadlessOptions::default())?;
+//! let config = BenchConfig {
+//!     size_bytes: 8 << 20,
+//!     counts: RunCounts { warmup: 2, timed: 10 },
+//!     force_wall: false,
+//!     seed: 1,
+//!     kernels: None,
+//!     kernel_options: Default::default(),
+//! };
+//! let report = run_bench(&ctx, &config, &mut default_sources(), &mut |_| {})?;
+//! print!("{}", table::render(&report));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
+mod error;
 pub mod half;
+pub mod placement;
+pub mod reference;
+mod report;
 pub mod rng;
+mod run;
+pub mod table;
+
+pub use error::BenchError;
+pub use placement::{BufferRegion, OperandSet, OperandSource, RawBuffers, SharedBuffers};
+pub use report::{BenchReport, KernelResult, MoveResult};
+pub use run::{BenchConfig, BenchEvent, default_sources, run_bench};

@@ -1,10 +1,191 @@
-//! `wgpool bench`: kernels on pool blocks and raw buffers, allocation latency, moves.
+//! `wgpool bench [--json] [--quick] [--size-mb N] [--adapter NAME] ...`: kernels on pool
+//! blocks and raw buffers, and in-device moves, each verified before it is timed.
+
+use std::io::IsTerminal;
+
+use wgpool::bench::{BenchConfig, BenchError, BenchEvent, default_sources, run_bench, table};
+use wgpool::gpu::timing::RunCounts;
+use wgpool::gpu::{GpuContext, GpuError, HeadlessOptions};
+use wgpool::kernels::{Kernel, KernelError, KernelOptions};
 
 use super::Failure;
 
-#[derive(clap::Args)]
-pub struct BenchArgs {}
+/// Fewest timed runs a median is taken over.
+const MIN_RUNS: u32 = 10;
 
-pub fn run(_args: BenchArgs) -> Result<(), Failure> {
-    Err(Failure { message: "wgpool bench is not built yet".into(), exit_code: 1 })
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Small operands and few runs: under a minute even on a software device.
+    #[arg(long)]
+    quick: bool,
+    /// MiB per operand (default: 8 with --quick, 64 on CPU devices, 1024 on GPUs).
+    #[arg(long, value_name = "N")]
+    size_mb: Option<u64>,
+    /// Use the first adapter whose name contains NAME (case-insensitive); overrides
+    /// WGPU_ADAPTER_NAME.
+    #[arg(long, value_name = "NAME")]
+    adapter: Option<String>,
+    /// Timed runs per measurement, at least 10 (default: 10 with --quick, else 20).
+    #[arg(long, value_name = "N")]
+    runs: Option<u32>,
+    /// Untimed warm-up runs before each measurement (default: 2 with --quick, else 3).
+    #[arg(long, value_name = "N")]
+    warmup: Option<u32>,
+    /// Time with the wall clock even where GPU timestamps exist.
+    #[arg(long)]
+    wall: bool,
+    /// Seed of the random inputs (default: from the clock; the report shows it).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Only these kernels, comma-separated `name_dtype` (copy_f32, scale_f32, add_f32,
+    /// triad_f32, copy_f16, triad_f16, fill_u32, fill_pattern_u32, checksum_u32, compare_u32).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    kernels: Option<Vec<String>>,
+    /// Most workgroups per dispatch (default: the device's limit); the grid-stride loop
+    /// covers the rest.
+    #[arg(long, value_name = "N")]
+    max_workgroups: Option<u32>,
+}
+
+/// `name_dtype` of a kernel, as `--kernels` takes it.
+fn kernel_id(kernel: Kernel) -> String {
+    format!("{}_{}", kernel.name(), kernel.dtype().as_str())
+}
+
+fn parse_kernels(names: &[String]) -> Result<Vec<Kernel>, Failure> {
+    let benchable: Vec<Kernel> = Kernel::ALL
+        .into_iter()
+        .filter(|&k| k != Kernel::Move)
+        .collect();
+    names
+        .iter()
+        .map(|name| {
+            benchable
+                .iter()
+                .copied()
+                .find(|&k| kernel_id(k) == name.trim())
+                .ok_or_else(|| {
+                    let allowed: Vec<String> = benchable.iter().map(|&k| kernel_id(k)).collect();
+                    Failure::bad_input(format!(
+                        "--kernels: unknown kernel {name:?}; allowed: {}",
+                        allowed.join(", ")
+                    ))
+                })
+        })
+        .collect()
+}
+
+pub fn run(args: BenchArgs) -> Result<(), Failure> {
+    let runs = args.runs.unwrap_or(if args.quick { 10 } else { 20 });
+    if runs < MIN_RUNS {
+        return Err(Failure::bad_input(format!(
+            "--runs {runs}: at least {MIN_RUNS} timed runs are needed for a median"
+        )));
+    }
+    let kernels = args.kernels.as_deref().map(parse_kernels).transpose()?;
+    if args.size_mb == Some(0) {
+        return Err(Failure::bad_input(
+            "--size-mb 0: the size must be at least 1 MiB",
+        ));
+    }
+    let ctx = GpuContext::headless(&HeadlessOptions {
+        adapter_name: args.adapter.clone(),
+        ..HeadlessOptions::default()
+    })
+    .map_err(|error| match error {
+        GpuError::NoMatchingAdapter { .. } | GpuError::BadEnvironment { .. } => {
+            Failure::bad_input(error)
+        }
+        other => Failure {
+            message: other.to_string(),
+            exit_code: 1,
+        },
+    })?;
+    let size_mb = args.size_mb.unwrap_or(if args.quick {
+        8
+    } else if ctx.info().device_type == wgpu::DeviceType::Cpu {
+        64
+    } else {
+        1024
+    });
+    let size_bytes = size_mb.checked_mul(1 << 20).unwrap_or(u64::MAX);
+    // The same-buffer move needs two operands and 1.5 KiB of gaps in one buffer.
+    let max_mb = (ctx.limits().max_buffer_size.saturating_sub(1536) / 2) >> 20;
+    if size_mb > max_mb {
+        return Err(Failure::bad_input(format!(
+            "--size-mb {size_mb}: this device allows at most {max_mb} MiB per operand (two operands must fit one buffer of max_buffer_size {} bytes)",
+            ctx.limits().max_buffer_size
+        )));
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    let config = BenchConfig {
+        size_bytes,
+        counts: RunCounts {
+            warmup: args.warmup.unwrap_or(if args.quick { 2 } else { 3 }),
+            timed: runs,
+        },
+        force_wall: args.wall,
+        seed,
+        kernels,
+        kernel_options: KernelOptions {
+            max_window_bytes: None,
+            max_workgroups: args.max_workgroups,
+        },
+    };
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {msg}")
+                .expect("valid progress template"),
+        );
+        bar
+    });
+    let mut started = false;
+    let mut progress = |event: BenchEvent<'_>| {
+        if let Some(bar) = &bar {
+            match event {
+                BenchEvent::Plan { steps } => bar.set_length(steps),
+                BenchEvent::Step { label } => {
+                    if started {
+                        bar.inc(1);
+                    }
+                    started = true;
+                    bar.set_message(label.to_string());
+                }
+            }
+        }
+    };
+    let result = run_bench(&ctx, &config, &mut default_sources(), &mut progress);
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let report = result.map_err(|error| match &error {
+        BenchError::Verification { .. } => Failure {
+            message: format!("{error}; nothing was timed after it"),
+            exit_code: 1,
+        },
+        BenchError::Config(_) | BenchError::Kernel(KernelError::BadOption { .. }) => {
+            Failure::bad_input(error)
+        }
+        _ => Failure {
+            message: error.to_string(),
+            exit_code: 1,
+        },
+    })?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("report serializes")
+        );
+    } else {
+        print!("{}", table::render(&report));
+    }
+    Ok(())
 }

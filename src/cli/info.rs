@@ -1,10 +1,243 @@
-//! `wgpool info`: adapters, limits, features, memory heaps and budget.
+//! `wgpool info [--json] [--adapter NAME]`: adapters, limits, features, memory heaps and
+//! budget.
+
+use serde::Serialize;
+use wgpool::format::bytes;
+use wgpool::gpu::{
+    AdapterSummary, DeviceMemoryInfo, GpuError, HeadlessOptions, create_instance,
+    enumerate_adapters,
+};
 
 use super::Failure;
 
 #[derive(clap::Args)]
-pub struct InfoArgs {}
+pub struct InfoArgs {
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Only adapters whose name contains this text (case-insensitive).
+    #[arg(long, value_name = "NAME")]
+    adapter: Option<String>,
+}
 
-pub fn run(_args: InfoArgs) -> Result<(), Failure> {
-    Err(Failure { message: "wgpool info is not built yet".into(), exit_code: 1 })
+/// The limits that matter for a memory pool and its kernels.
+#[derive(Serialize)]
+struct KeyLimits {
+    max_buffer_size: u64,
+    max_storage_buffer_binding_size: u64,
+    max_uniform_buffer_binding_size: u64,
+    min_storage_buffer_offset_alignment: u32,
+    min_uniform_buffer_offset_alignment: u32,
+    max_storage_buffers_per_shader_stage: u32,
+    max_bind_groups: u32,
+    max_compute_workgroups_per_dimension: u32,
+    max_compute_invocations_per_workgroup: u32,
+    max_compute_workgroup_size_x: u32,
+    max_compute_workgroup_storage_size: u32,
+    max_immediate_size: u32,
+}
+
+impl KeyLimits {
+    fn new(l: &wgpu::Limits) -> KeyLimits {
+        KeyLimits {
+            max_buffer_size: l.max_buffer_size,
+            max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
+            max_uniform_buffer_binding_size: l.max_uniform_buffer_binding_size,
+            min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
+            min_uniform_buffer_offset_alignment: l.min_uniform_buffer_offset_alignment,
+            max_storage_buffers_per_shader_stage: l.max_storage_buffers_per_shader_stage,
+            max_bind_groups: l.max_bind_groups,
+            max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
+            max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+            max_compute_workgroup_size_x: l.max_compute_workgroup_size_x,
+            max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
+            max_immediate_size: l.max_immediate_size,
+        }
+    }
+
+    fn lines(&self) -> Vec<(&'static str, String)> {
+        let size = |n: u64| format!("{n} ({})", bytes(n));
+        vec![
+            ("max_buffer_size", size(self.max_buffer_size)),
+            (
+                "max_storage_buffer_binding_size",
+                size(self.max_storage_buffer_binding_size),
+            ),
+            (
+                "max_uniform_buffer_binding_size",
+                size(self.max_uniform_buffer_binding_size),
+            ),
+            (
+                "min_storage_buffer_offset_alignment",
+                self.min_storage_buffer_offset_alignment.to_string(),
+            ),
+            (
+                "min_uniform_buffer_offset_alignment",
+                self.min_uniform_buffer_offset_alignment.to_string(),
+            ),
+            (
+                "max_storage_buffers_per_shader_stage",
+                self.max_storage_buffers_per_shader_stage.to_string(),
+            ),
+            ("max_bind_groups", self.max_bind_groups.to_string()),
+            (
+                "max_compute_workgroups_per_dimension",
+                self.max_compute_workgroups_per_dimension.to_string(),
+            ),
+            (
+                "max_compute_invocations_per_workgroup",
+                self.max_compute_invocations_per_workgroup.to_string(),
+            ),
+            (
+                "max_compute_workgroup_size_x",
+                self.max_compute_workgroup_size_x.to_string(),
+            ),
+            (
+                "max_compute_workgroup_storage_size",
+                self.max_compute_workgroup_storage_size.to_string(),
+            ),
+            ("max_immediate_size", self.max_immediate_size.to_string()),
+        ]
+    }
+}
+
+#[derive(Serialize)]
+struct MemoryReport {
+    #[serde(flatten)]
+    info: DeviceMemoryInfo,
+    device_local_bytes: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct AdapterReport {
+    index: usize,
+    #[serde(flatten)]
+    summary: AdapterSummary,
+    vendor_id: u32,
+    device_id: u32,
+    limits: KeyLimits,
+    features: Vec<&'static str>,
+    /// `null` off Vulkan (there is no portable memory query).
+    memory: Option<MemoryReport>,
+}
+
+#[derive(Serialize)]
+struct InfoReport {
+    adapters: Vec<AdapterReport>,
+}
+
+pub fn run(args: InfoArgs) -> Result<(), Failure> {
+    let instance = create_instance(&HeadlessOptions::default()).map_err(Failure::bad_input)?;
+    let adapters = enumerate_adapters(&instance);
+    if adapters.is_empty() {
+        let backends = std::env::var("WGPU_BACKEND").unwrap_or_else(|_| "all".into());
+        return Err(Failure {
+            message: GpuError::NoAdapter { backends }.to_string(),
+            exit_code: 1,
+        });
+    }
+    let needle = args.adapter.as_deref().map(str::to_lowercase);
+    let reports: Vec<AdapterReport> = adapters
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| {
+            needle
+                .as_ref()
+                .is_none_or(|n| a.get_info().name.to_lowercase().contains(n))
+        })
+        .map(|(index, adapter)| {
+            let info = adapter.get_info();
+            AdapterReport {
+                index,
+                summary: AdapterSummary::new(&info),
+                vendor_id: info.vendor,
+                device_id: info.device,
+                limits: KeyLimits::new(&adapter.limits()),
+                features: adapter
+                    .features()
+                    .iter_names()
+                    .map(|(name, _)| name)
+                    .collect(),
+                memory: DeviceMemoryInfo::query(adapter).map(|info| MemoryReport {
+                    device_local_bytes: info.device_local_bytes(),
+                    info,
+                }),
+            }
+        })
+        .collect();
+    if reports.is_empty() {
+        let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+        return Err(Failure::bad_input(format!(
+            "--adapter {:?} matches no adapter; available: {}",
+            args.adapter.unwrap_or_default(),
+            names.join(", ")
+        )));
+    }
+    if args.json {
+        let report = InfoReport { adapters: reports };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("info serializes")
+        );
+        return Ok(());
+    }
+    for (n, report) in reports.iter().enumerate() {
+        if n > 0 {
+            println!();
+        }
+        print_adapter(report);
+    }
+    Ok(())
+}
+
+fn print_adapter(r: &AdapterReport) {
+    let s = &r.summary;
+    println!("adapter {}: {}", r.index, s.name);
+    println!("  backend       {}", s.backend);
+    println!("  device type   {}", s.device_type);
+    println!("  driver        {} ({})", s.driver, s.driver_info);
+    println!(
+        "  vendor/device {:#06x} / {:#06x}",
+        r.vendor_id, r.device_id
+    );
+    println!("  limits:");
+    for (name, value) in r.limits.lines() {
+        println!("    {name:<38} {value}");
+    }
+    println!("  features ({}):", r.features.len());
+    for chunk in r.features.chunks(3) {
+        println!("    {}", chunk.join(", "));
+    }
+    match &r.memory {
+        None => println!("  memory heaps: not available on this backend"),
+        Some(memory) => {
+            let budget = if memory.info.budget_supported {
+                "VK_EXT_memory_budget"
+            } else {
+                "no budget (VK_EXT_memory_budget not supported)"
+            };
+            println!("  memory heaps ({budget}):");
+            for (i, heap) in memory.info.heaps.iter().enumerate() {
+                let mut flags = Vec::new();
+                if heap.device_local {
+                    flags.push("device-local");
+                }
+                if heap.host_visible {
+                    flags.push("host-visible");
+                }
+                let mut line = format!(
+                    "    heap {i}: {:>12}  [{}]",
+                    bytes(heap.size),
+                    flags.join(", ")
+                );
+                if let (Some(b), Some(u)) = (heap.budget, heap.usage) {
+                    line.push_str(&format!("  budget {}  usage {}", bytes(b), bytes(u)));
+                }
+                println!("{line}");
+            }
+            if let Some(total) = memory.device_local_bytes {
+                println!("    device-local total: {}", bytes(total));
+            }
+        }
+    }
 }

@@ -8,6 +8,7 @@
 //! - [`transfer`]: upload and readback of buffer regions (tests and benchmarks).
 //! - [`scope`]: running a closure under wgpu error scopes.
 
+mod adapter_summary;
 mod context;
 mod error;
 mod error_log;
@@ -16,6 +17,7 @@ pub mod scope;
 pub mod timing;
 pub mod transfer;
 
+pub use adapter_summary::{AdapterSummary, device_type_name};
 pub use context::{
     GpuContext, HeadlessOptions, OPTIONAL_FEATURES, create_instance, enumerate_adapters,
 };

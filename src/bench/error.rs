@@ -1,0 +1,51 @@
+//! Why a benchmark run failed.
+
+use crate::gpu::scope::CaughtError;
+use crate::gpu::timing::TimingError;
+use crate::gpu::transfer::TransferError;
+use crate::kernels::KernelError;
+
+/// A failed benchmark. A wrong kernel result is [`BenchError::Verification`]; nothing is
+/// timed after it.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A kernel produced a result that differs from the CPU reference.
+    #[error("VERIFICATION FAILED: {kernel} on {placement} operands: {detail}")]
+    Verification {
+        /// `name_dtype` of the kernel.
+        kernel: String,
+        /// The placement (`raw`, `pool`, ...).
+        placement: String,
+        /// What differed, at which element.
+        detail: String,
+    },
+    /// The benchmark's settings cannot work on this device.
+    #[error("{0}")]
+    Config(String),
+    /// A buffer could not be created.
+    #[error("could not allocate a {what}: {source}")]
+    Allocation {
+        /// What was being allocated.
+        what: String,
+        /// wgpu's error.
+        #[source]
+        source: CaughtError,
+    },
+    /// A kernel call was refused or failed.
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    /// An upload or readback failed.
+    #[error(transparent)]
+    Transfer(#[from] TransferError),
+    /// Timing failed.
+    #[error(transparent)]
+    Timing(#[from] TimingError),
+    /// wgpu reported errors outside any error scope during the run.
+    #[error("wgpu reported errors during {during}: {}", errors.join("; "))]
+    Uncaptured {
+        /// The step during which they were noticed.
+        during: String,
+        /// The errors.
+        errors: Vec<String>,
+    },
+}

@@ -1,0 +1,229 @@
+//! Where benchmark operands come from: dedicated buffers (`raw`), regions of shared buffers
+//! (`pool`), or, once it exists, the real pool.
+
+use std::any::Any;
+
+use crate::gpu::GpuContext;
+use crate::gpu::scope::catch;
+use crate::kernels::Operand;
+
+use super::error::BenchError;
+
+/// Usages every operand's buffer must have: kernels bind it (`STORAGE`), the benchmark
+/// uploads inputs (`COPY_DST`) and reads results back (`COPY_SRC`).
+pub const OPERAND_USAGES: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+/// A byte range of a buffer that the benchmark owns a handle to.
+#[derive(Clone, Debug)]
+pub struct BufferRegion {
+    /// The buffer (a cheap handle; clones refer to the same buffer).
+    pub buffer: wgpu::Buffer,
+    /// Start of the region in bytes; a multiple of the device's storage offset alignment.
+    pub offset: u64,
+    /// Length of the region in bytes.
+    pub size: u64,
+}
+
+/// The operands of one kernel call, and whatever keeps them allocated.
+///
+/// Dropping the set releases them (for the real pool: the block handles return to the pool).
+pub struct OperandSet {
+    regions: Vec<BufferRegion>,
+    _keep_alive: Box<dyn Any>,
+}
+
+impl OperandSet {
+    /// A set of `regions`; `keep_alive` is dropped together with the set (pool block handles,
+    /// or `()` when the regions' buffers are all that needs keeping).
+    pub fn new(regions: Vec<BufferRegion>, keep_alive: Box<dyn Any>) -> OperandSet {
+        OperandSet {
+            regions,
+            _keep_alive: keep_alive,
+        }
+    }
+
+    /// Number of operands.
+    pub fn len(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.regions.is_empty()
+    }
+
+    /// The regions, in allocation order.
+    pub fn regions(&self) -> &[BufferRegion] {
+        &self.regions
+    }
+
+    /// Operand `index` as a kernel operand. Panics if `index >= len()`.
+    pub fn operand(&self, index: usize) -> Operand<'_> {
+        let region = &self.regions[index];
+        Operand::new(&region.buffer, region.offset, region.size)
+    }
+}
+
+/// A way of placing benchmark operands. Implement it to benchmark kernels on real pool
+/// blocks: return the blocks' buffers, offsets and sizes, and put the block handles in the
+/// set's `keep_alive`.
+///
+/// Contract: `allocate(ctx, count, size)` returns exactly `count` regions of exactly `size`
+/// bytes each, pairwise disjoint, at offsets that are multiples of the device's
+/// `min_storage_buffer_offset_alignment`, in buffers with [`OPERAND_USAGES`].
+pub trait OperandSource {
+    /// The placement's name in reports (`raw`, `pool`, ...).
+    fn name(&self) -> &str;
+
+    /// Allocates `count` operands of `size` bytes each, to be used together in one call.
+    fn allocate(
+        &mut self,
+        ctx: &GpuContext,
+        count: usize,
+        size: u64,
+    ) -> Result<OperandSet, BenchError>;
+}
+
+/// Creates one device buffer with [`OPERAND_USAGES`], failing with a clear error instead of
+/// reaching the uncaptured-error handler.
+pub fn create_operand_buffer(
+    ctx: &GpuContext,
+    size: u64,
+    label: &str,
+) -> Result<wgpu::Buffer, BenchError> {
+    let max = ctx.limits().max_buffer_size;
+    if size > max {
+        return Err(BenchError::Config(format!(
+            "a {label} buffer of {size} bytes exceeds the device's max_buffer_size of {max} bytes; use a smaller --size-mb"
+        )));
+    }
+    catch(ctx.device(), || {
+        ctx.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: OPERAND_USAGES,
+            mapped_at_creation: false,
+        })
+    })
+    .map_err(|source| BenchError::Allocation {
+        what: format!("{label} buffer of {size} bytes"),
+        source,
+    })
+}
+
+/// `raw`: every operand is a dedicated buffer of exactly its size, at offset 0.
+#[derive(Debug, Default)]
+pub struct RawBuffers;
+
+impl OperandSource for RawBuffers {
+    fn name(&self) -> &str {
+        "raw"
+    }
+
+    fn allocate(
+        &mut self,
+        ctx: &GpuContext,
+        count: usize,
+        size: u64,
+    ) -> Result<OperandSet, BenchError> {
+        let regions = (0..count)
+            .map(|_| {
+                Ok(BufferRegion {
+                    buffer: create_operand_buffer(ctx, size.max(4), "raw operand")?,
+                    offset: 0,
+                    size,
+                })
+            })
+            .collect::<Result<Vec<_>, BenchError>>()?;
+        Ok(OperandSet::new(regions, Box::new(())))
+    }
+}
+
+/// `pool` (a stand-in until the wgpu pool exists): the operands of one set are carved out
+/// of shared buffers like pool blocks out of a segment: the first at byte 512, each next one
+/// 512 bytes after the previous one ends, rounded up to 512. Operands share one buffer while
+/// they fit in `max_buffer_size`; then a new shared buffer begins, again at 512.
+#[derive(Debug, Default)]
+pub struct SharedBuffers;
+
+/// Block granularity of the pool (PyTorch rounds every request to 512 bytes).
+pub const POOL_BLOCK_ALIGNMENT: u64 = 512;
+
+impl SharedBuffers {
+    /// Offsets of `count` operands of `size` bytes, grouped by shared buffer, and each
+    /// buffer's size, for a device whose buffers may be at most `max_buffer_size` bytes.
+    /// `None` if a single operand does not fit.
+    ///
+    /// ```
+    /// use wgpool::bench::placement::SharedBuffers;
+    /// let (groups, sizes) = SharedBuffers::layout(3, 1000, 1 << 20).unwrap();
+    /// assert_eq!(groups, vec![vec![512, 2048, 3584]]);
+    /// assert_eq!(sizes, vec![3584 + 1000 + 512]);
+    /// let (groups, _) = SharedBuffers::layout(3, 1000, 3000).unwrap();
+    /// assert_eq!(groups, vec![vec![512], vec![512], vec![512]]);
+    /// ```
+    pub fn layout(
+        count: usize,
+        size: u64,
+        max_buffer_size: u64,
+    ) -> Option<(Vec<Vec<u64>>, Vec<u64>)> {
+        let footprint = |end: u64| end + POOL_BLOCK_ALIGNMENT; // a trailing block after the last
+        if footprint(POOL_BLOCK_ALIGNMENT + size) > max_buffer_size {
+            return None;
+        }
+        let mut groups: Vec<Vec<u64>> = Vec::new();
+        let mut sizes = Vec::new();
+        let mut end = 0;
+        for _ in 0..count {
+            let next =
+                (end + POOL_BLOCK_ALIGNMENT).div_ceil(POOL_BLOCK_ALIGNMENT) * POOL_BLOCK_ALIGNMENT;
+            match groups.last_mut() {
+                Some(group) if footprint(next + size) <= max_buffer_size => {
+                    group.push(next);
+                    end = next + size;
+                    *sizes.last_mut().expect("one size per group") = footprint(end);
+                }
+                _ => {
+                    groups.push(vec![POOL_BLOCK_ALIGNMENT]);
+                    end = POOL_BLOCK_ALIGNMENT + size;
+                    sizes.push(footprint(end));
+                }
+            }
+        }
+        Some((groups, sizes))
+    }
+}
+
+impl OperandSource for SharedBuffers {
+    fn name(&self) -> &str {
+        "pool"
+    }
+
+    fn allocate(
+        &mut self,
+        ctx: &GpuContext,
+        count: usize,
+        size: u64,
+    ) -> Result<OperandSet, BenchError> {
+        let max = ctx.limits().max_buffer_size;
+        let (groups, sizes) = Self::layout(count, size, max).ok_or_else(|| {
+            BenchError::Config(format!(
+                "an operand of {size} bytes at offset {POOL_BLOCK_ALIGNMENT} does not fit the device's max_buffer_size of {max} bytes; use a smaller --size-mb"
+            ))
+        })?;
+        let mut regions = Vec::with_capacity(count);
+        for (offsets, buffer_size) in groups.iter().zip(sizes) {
+            let buffer = create_operand_buffer(ctx, buffer_size, "shared pool segment")?;
+            for &offset in offsets {
+                regions.push(BufferRegion {
+                    buffer: buffer.clone(),
+                    offset,
+                    size,
+                });
+            }
+        }
+        Ok(OperandSet::new(regions, Box::new(())))
+    }
+}

@@ -1,0 +1,79 @@
+//! The benchmark report: what `wgpool bench --json` prints, one serde structure.
+
+use serde::Serialize;
+
+use crate::gpu::AdapterSummary;
+use crate::gpu::timing::TimingMethod;
+
+/// Everything one `wgpool bench` run measured. Public and plain so that other parts of the
+/// crate (the pool's allocation benchmark) can extend it: `alloc` is reserved for that.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    /// The adapter the run used.
+    pub adapter: AdapterSummary,
+    /// How the kernel rows were timed (`wall` if any row had to fall back to wall time).
+    pub timing: TimingMethod,
+    /// Bytes per operand.
+    pub size_bytes: u64,
+    /// Untimed runs before each measurement.
+    pub warmup_runs: u32,
+    /// Timed runs per measurement; figures are medians over these.
+    pub timed_runs: u32,
+    /// Seed of the random inputs (pass `--seed` to repeat a run's data).
+    pub seed: u64,
+    /// Read+write GB/s of the f32 copy kernel on raw buffers: the reference for
+    /// `pct_of_copy_peak`.
+    pub copy_peak_gbps: f64,
+    /// One row per kernel and placement, in run order.
+    pub kernels: Vec<KernelResult>,
+    /// In-device move rates.
+    pub moves: MoveResult,
+    /// Pool allocation latency figures (filled in by the pool benchmark; `null` until then).
+    pub alloc: Option<serde_json::Value>,
+}
+
+/// One kernel on one placement.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelResult {
+    /// `copy`, `scale`, `add`, `triad`, `fill`, `fill_pattern`, `checksum`, `compare`.
+    pub name: String,
+    /// `f32`, `f16` or `u32`.
+    pub dtype: String,
+    /// Where the operands were: `raw`, `pool`, ...
+    pub placement: String,
+    /// Bytes read plus bytes written per run.
+    pub bytes: u64,
+    /// `bytes / median_ns`: read+write GB/s (10^9 bytes per second).
+    pub gbps: f64,
+    /// `gbps` as a percentage of [`BenchReport::copy_peak_gbps`].
+    pub pct_of_copy_peak: f64,
+    /// The result matched the CPU reference before timing (always true in a report: a
+    /// mismatch aborts the run).
+    pub verified: bool,
+    /// Median duration of one run, in nanoseconds.
+    pub median_ns: f64,
+    /// Dispatches per run (more than one when an operand exceeds the binding limit).
+    pub dispatches: usize,
+    /// `read_only` inputs, or `read_write` when inputs share a buffer with the output.
+    pub input_access: String,
+}
+
+/// The copy kernel as an in-device move, against `copy_buffer_to_buffer`, same size.
+#[derive(Clone, Debug, Serialize)]
+pub struct MoveResult {
+    /// Bytes moved per run (each is read once and written once).
+    pub size_bytes: u64,
+    /// How the moves were timed (GPU timestamps need `TIMESTAMP_QUERY_INSIDE_ENCODERS`).
+    pub timing: TimingMethod,
+    /// Read+write GB/s of the copy-kernel move between two buffers.
+    pub kernel_gbps: f64,
+    /// Read+write GB/s of `copy_buffer_to_buffer` between the same two buffers.
+    pub copy_buffer_gbps: f64,
+    /// `kernel_gbps / copy_buffer_gbps`.
+    pub ratio: f64,
+    /// Read+write GB/s of the copy-kernel move between two regions of one buffer (what
+    /// defragmentation inside a segment does; `copy_buffer_to_buffer` cannot do this).
+    pub kernel_same_buffer_gbps: f64,
+    /// All three moves produced exact copies before timing.
+    pub verified: bool,
+}

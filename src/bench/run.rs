@@ -1,0 +1,440 @@
+//! The benchmark driver: for every kernel and placement, verify on fresh random data, then
+//! time; then the in-device moves.
+
+use crate::gpu::timing::{Measurement, RunCounts, Timer, TimingMethod};
+use crate::gpu::transfer::{read_region, write_region};
+use crate::gpu::{AdapterSummary, GpuContext};
+use crate::kernels::{
+    Access, Dtype, Kernel, KernelCall, KernelOptions, Kernels, Operand, PreparedKernel,
+};
+
+use super::error::BenchError;
+use super::placement::{
+    OperandSet, OperandSource, RawBuffers, SharedBuffers, create_operand_buffer,
+};
+use super::reference::{self, FILL_WORD, PATTERN_SEED, SCALAR};
+use super::report::{BenchReport, KernelResult, MoveResult};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// Bytes per operand; a positive multiple of 16.
+    pub size_bytes: u64,
+    /// Warm-up and timed runs per measurement (at least 10 timed runs are recommended).
+    pub counts: RunCounts,
+    /// Time with wall clock even where GPU timestamps exist.
+    pub force_wall: bool,
+    /// Seed of the random inputs.
+    pub seed: u64,
+    /// Kernels to run; `None`: every kernel the device supports, except `move` (which has
+    /// its own section).
+    pub kernels: Option<Vec<Kernel>>,
+    /// Binding window and workgroup cap of the kernels.
+    pub kernel_options: KernelOptions,
+}
+
+/// Progress notifications, for a progress bar.
+#[derive(Clone, Copy, Debug)]
+pub enum BenchEvent<'a> {
+    /// The run will take this many steps.
+    Plan {
+        /// Number of steps.
+        steps: u64,
+    },
+    /// A step begins.
+    Step {
+        /// What it does.
+        label: &'a str,
+    },
+}
+
+/// The placements `wgpool bench` compares: [`RawBuffers`] and [`SharedBuffers`].
+pub fn default_sources() -> Vec<Box<dyn OperandSource>> {
+    vec![Box::new(RawBuffers), Box::new(SharedBuffers)]
+}
+
+/// Runs the benchmark. Each kernel runs on operands from each source in turn: first on fresh
+/// random inputs, checked against the CPU reference (a mismatch returns
+/// [`BenchError::Verification`] at once), then warm-up and timed runs. The copy peak is the
+/// f32 copy on the first source named `raw` (measured separately when there is none).
+pub fn run_bench(
+    ctx: &GpuContext,
+    config: &BenchConfig,
+    sources: &mut [Box<dyn OperandSource>],
+    progress: &mut dyn FnMut(BenchEvent<'_>),
+) -> Result<BenchReport, BenchError> {
+    if config.size_bytes == 0 || config.size_bytes % 16 != 0 {
+        return Err(BenchError::Config(format!(
+            "operand size {} bytes: it must be a positive multiple of 16 bytes",
+            config.size_bytes
+        )));
+    }
+    if config.counts.timed == 0 {
+        return Err(BenchError::Config(
+            "at least one timed run is needed".into(),
+        ));
+    }
+    let kernels = Kernels::with_options(ctx.device(), ctx.queue(), config.kernel_options)?;
+    let selected: Vec<Kernel> = match &config.kernels {
+        Some(list) => {
+            if let Some(&missing) = list.iter().find(|&&k| !kernels.supports(k)) {
+                return Err(BenchError::Config(format!(
+                    "kernel {}_{} needs features this device lacks ({:?})",
+                    missing.name(),
+                    missing.dtype().as_str(),
+                    missing.required_features()
+                )));
+            }
+            list.clone()
+        }
+        None => kernels
+            .supported()
+            .into_iter()
+            .filter(|&k| k != Kernel::Move)
+            .collect(),
+    };
+    let has_raw = sources.iter().any(|s| s.name() == "raw");
+    let steps = (selected.len() * sources.len()) as u64 + 3 + u64::from(!has_raw);
+    progress(BenchEvent::Plan { steps });
+    let timer = Timer::new(ctx.device(), ctx.queue(), config.force_wall);
+    let mut rows = Vec::new();
+    let mut seed = config.seed;
+    for &kernel in &selected {
+        for source in sources.iter_mut() {
+            let label = format!(
+                "{}_{} on {}",
+                kernel.name(),
+                kernel.dtype().as_str(),
+                source.name()
+            );
+            progress(BenchEvent::Step { label: &label });
+            seed = seed.wrapping_add(0x100);
+            rows.push(bench_kernel(
+                ctx,
+                &kernels,
+                &timer,
+                kernel,
+                source.as_mut(),
+                config,
+                seed,
+            )?);
+            check_uncaptured(ctx, &label)?;
+        }
+    }
+    let peak = match rows
+        .iter()
+        .find(|r| r.placement == "raw" && r.name == "copy" && r.dtype == "f32")
+    {
+        Some(row) => row.gbps,
+        None => {
+            progress(BenchEvent::Step {
+                label: "copy peak on raw buffers",
+            });
+            bench_kernel(
+                ctx,
+                &kernels,
+                &timer,
+                Kernel::CopyF32,
+                &mut RawBuffers,
+                config,
+                seed ^ 1,
+            )?
+            .gbps
+        }
+    };
+    for row in &mut rows {
+        row.pct_of_copy_peak = if peak > 0.0 {
+            100.0 * row.gbps / peak
+        } else {
+            0.0
+        };
+    }
+    let moves = bench_moves(ctx, &kernels, &timer, config, seed ^ 2, progress)?;
+    check_uncaptured(ctx, "moves")?;
+    let timing = if rows.iter().all(|r| r.timing == TimingMethod::GpuTimestamps) && !rows.is_empty()
+    {
+        TimingMethod::GpuTimestamps
+    } else {
+        TimingMethod::Wall
+    };
+    Ok(BenchReport {
+        adapter: AdapterSummary::new(ctx.info()),
+        timing,
+        size_bytes: config.size_bytes,
+        warmup_runs: config.counts.warmup,
+        timed_runs: config.counts.timed,
+        seed: config.seed,
+        copy_peak_gbps: peak,
+        kernels: rows.into_iter().map(|r| r.result).collect(),
+        moves,
+        alloc: None,
+    })
+}
+
+fn check_uncaptured(ctx: &GpuContext, during: &str) -> Result<(), BenchError> {
+    let errors = ctx.errors().take_errors();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(BenchError::Uncaptured {
+            during: during.to_string(),
+            errors,
+        })
+    }
+}
+
+/// A kernel row before the copy peak is known.
+struct Row {
+    result: KernelResult,
+    timing: TimingMethod,
+}
+
+impl std::ops::Deref for Row {
+    type Target = KernelResult;
+    fn deref(&self) -> &KernelResult {
+        &self.result
+    }
+}
+
+impl std::ops::DerefMut for Row {
+    fn deref_mut(&mut self) -> &mut KernelResult {
+        &mut self.result
+    }
+}
+
+fn words_of(bytes: &[u8]) -> Vec<u32> {
+    bytemuck::pod_collect_to_vec(bytes)
+}
+
+fn upload(ctx: &GpuContext, operand: Operand<'_>, words: &[u32]) -> Result<(), BenchError> {
+    write_region(
+        ctx.device(),
+        ctx.queue(),
+        operand.buffer,
+        operand.offset,
+        bytemuck::cast_slice(words),
+    )?;
+    Ok(())
+}
+
+fn download(ctx: &GpuContext, operand: Operand<'_>) -> Result<Vec<u32>, BenchError> {
+    Ok(words_of(&read_region(
+        ctx.device(),
+        ctx.queue(),
+        operand.buffer,
+        operand.offset,
+        operand.size,
+    )?))
+}
+
+/// The call of `kernel` on `set` (inputs first, then the output) with the benchmark's
+/// scalars.
+fn call_on<'a>(kernel: Kernel, set: &'a OperandSet, result: Option<Operand<'a>>) -> KernelCall<'a> {
+    let op = |i| set.operand(i);
+    let result = || result.expect("reductions get a result word");
+    match kernel {
+        Kernel::CopyF32 => KernelCall::copy(Dtype::F32, op(0), op(1)),
+        Kernel::CopyF16 => KernelCall::copy(Dtype::F16, op(0), op(1)),
+        Kernel::ScaleF32 => KernelCall::scale(op(0), SCALAR, op(1)),
+        Kernel::AddF32 => KernelCall::add(op(0), op(1), op(2)),
+        Kernel::TriadF32 => KernelCall::triad(Dtype::F32, op(0), op(1), SCALAR, op(2)),
+        Kernel::TriadF16 => KernelCall::triad(Dtype::F16, op(0), op(1), SCALAR, op(2)),
+        Kernel::Fill => KernelCall::fill(op(0), FILL_WORD),
+        Kernel::FillPattern => KernelCall::fill_pattern(op(0), PATTERN_SEED),
+        Kernel::Checksum => KernelCall::checksum(op(0), result()),
+        Kernel::Compare => KernelCall::compare(op(0), op(1), result()),
+        Kernel::Move => KernelCall::move_bytes(op(0), op(1)),
+    }
+}
+
+fn bench_kernel(
+    ctx: &GpuContext,
+    kernels: &Kernels,
+    timer: &Timer,
+    kernel: Kernel,
+    source: &mut dyn OperandSource,
+    config: &BenchConfig,
+    seed: u64,
+) -> Result<Row, BenchError> {
+    let size = config.size_bytes;
+    let words = (size / 4) as usize;
+    let inputs = kernel.input_names().len();
+    let data_operands = inputs + usize::from(kernel.output_name().is_some());
+    let set = source.allocate(ctx, data_operands, size)?;
+    if set.len() != data_operands || set.regions().iter().any(|r| r.size != size) {
+        return Err(BenchError::Config(format!(
+            "placement {} returned {} operands for a request of {data_operands} of {size} bytes",
+            source.name(),
+            set.len()
+        )));
+    }
+    let result_buffer = if kernel.has_result() {
+        Some(create_operand_buffer(ctx, 256, "reduction result")?)
+    } else {
+        None
+    };
+    let result = result_buffer.as_ref().map(|b| Operand::new(b, 0, 4));
+    let input_words = reference::inputs(kernel, words, seed);
+    for (i, data) in input_words.iter().enumerate() {
+        upload(ctx, set.operand(i), data)?;
+    }
+    if kernel.output_name().is_some() {
+        // Stale garbage in the output, so a kernel that writes nothing cannot pass.
+        let garbage = reference::random_words(Dtype::U32, words, !seed);
+        upload(ctx, set.operand(inputs), &garbage)?;
+    }
+    let prepared: PreparedKernel = kernels.prepare(&call_on(kernel, &set, result))?;
+    kernels.submit(&prepared)?;
+    let output = match kernel.output_name() {
+        Some(_) => Some(download(ctx, set.operand(inputs))?),
+        None => None,
+    };
+    let result_word = match result {
+        Some(word) => Some(download(ctx, word)?[0]),
+        None => None,
+    };
+    let label = format!("{}_{}", kernel.name(), kernel.dtype().as_str());
+    reference::check(kernel, &input_words, output.as_deref(), result_word, words).map_err(
+        |detail| BenchError::Verification {
+            kernel: label.clone(),
+            placement: source.name().to_string(),
+            detail,
+        },
+    )?;
+    check_uncaptured(ctx, &label)?;
+    drop(input_words);
+    drop(output);
+    let measured: Measurement = timer.measure_pass(config.counts, |encoder, writes| {
+        prepared.record(encoder, writes)
+    })?;
+    let bytes = prepared.bytes_moved();
+    Ok(Row {
+        timing: measured.method,
+        result: KernelResult {
+            name: kernel.name().to_string(),
+            dtype: kernel.dtype().as_str().to_string(),
+            placement: source.name().to_string(),
+            bytes,
+            gbps: measured.gbps(bytes),
+            pct_of_copy_peak: 0.0,
+            verified: true,
+            median_ns: measured.median_ns,
+            dispatches: prepared.dispatches(),
+            input_access: match prepared.access() {
+                Access::ReadOnlyInputs => "read_only",
+                Access::ReadWriteInputs => "read_write",
+            }
+            .to_string(),
+        },
+    })
+}
+
+fn bench_moves(
+    ctx: &GpuContext,
+    kernels: &Kernels,
+    timer: &Timer,
+    config: &BenchConfig,
+    seed: u64,
+    progress: &mut dyn FnMut(BenchEvent<'_>),
+) -> Result<MoveResult, BenchError> {
+    let size = config.size_bytes;
+    let words = (size / 4) as usize;
+    let data = reference::random_words(Dtype::U32, words, seed);
+    let garbage = reference::random_words(Dtype::U32, words, !seed);
+    let exact = |what: &str, got: Vec<u32>| -> Result<(), BenchError> {
+        match got.iter().zip(&data).position(|(g, d)| g != d) {
+            None if got.len() == data.len() => Ok(()),
+            found => Err(BenchError::Verification {
+                kernel: what.to_string(),
+                placement: "raw".to_string(),
+                detail: match found {
+                    Some(i) => {
+                        format!("word {i} is {:#010x}, source has {:#010x}", got[i], data[i])
+                    }
+                    None => format!("{} words came back, {} expected", got.len(), data.len()),
+                },
+            }),
+        }
+    };
+    let bytes = 2 * size;
+
+    progress(BenchEvent::Step {
+        label: "move: copy kernel between two buffers",
+    });
+    let src = create_operand_buffer(ctx, size, "move source")?;
+    let dst = create_operand_buffer(ctx, size, "move destination")?;
+    upload(ctx, Operand::whole(&src), &data)?;
+    upload(ctx, Operand::whole(&dst), &garbage)?;
+    let between = kernels.prepare(&KernelCall::move_bytes(
+        Operand::whole(&src),
+        Operand::whole(&dst),
+    ))?;
+    kernels.submit(&between)?;
+    exact(
+        "move (copy kernel, two buffers)",
+        download(ctx, Operand::whole(&dst))?,
+    )?;
+    let kernel = timer.measure_commands(config.counts, |encoder| between.record(encoder, None))?;
+    check_uncaptured(ctx, "move between buffers")?;
+
+    progress(BenchEvent::Step {
+        label: "move: copy_buffer_to_buffer",
+    });
+    upload(ctx, Operand::whole(&dst), &garbage)?;
+    crate::gpu::scope::catch(ctx.device(), || {
+        let mut encoder = ctx.device().create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(&src, 0, &dst, 0, size);
+        ctx.queue().submit([encoder.finish()]);
+    })
+    .map_err(|source| BenchError::Allocation {
+        what: "copy_buffer_to_buffer".into(),
+        source,
+    })?;
+    exact(
+        "copy_buffer_to_buffer",
+        download(ctx, Operand::whole(&dst))?,
+    )?;
+    let copy = timer.measure_commands(config.counts, |encoder| {
+        encoder.copy_buffer_to_buffer(&src, 0, &dst, 0, size)
+    })?;
+    drop((src, dst, between));
+
+    progress(BenchEvent::Step {
+        label: "move: copy kernel inside one buffer",
+    });
+    // Two pool-like blocks in one segment: at 512 and at the next 512-multiple after a gap.
+    let to_offset = (size + 1024).div_ceil(512) * 512;
+    let segment = create_operand_buffer(ctx, to_offset + size + 512, "move segment")?;
+    let from = Operand::new(&segment, 512, size);
+    let to = Operand::new(&segment, to_offset, size);
+    upload(ctx, from, &data)?;
+    upload(ctx, to, &garbage)?;
+    let inside = kernels.prepare(&KernelCall::move_bytes(from, to))?;
+    kernels.submit(&inside)?;
+    exact("move (copy kernel, one buffer)", download(ctx, to)?)?;
+    let same = timer.measure_commands(config.counts, |encoder| inside.record(encoder, None))?;
+
+    let timing = if [&kernel, &copy, &same]
+        .iter()
+        .all(|m| m.method == TimingMethod::GpuTimestamps)
+    {
+        TimingMethod::GpuTimestamps
+    } else {
+        TimingMethod::Wall
+    };
+    let kernel_gbps = kernel.gbps(bytes);
+    let copy_buffer_gbps = copy.gbps(bytes);
+    Ok(MoveResult {
+        size_bytes: size,
+        timing,
+        kernel_gbps,
+        copy_buffer_gbps,
+        ratio: if copy_buffer_gbps > 0.0 {
+            kernel_gbps / copy_buffer_gbps
+        } else {
+            0.0
+        },
+        kernel_same_buffer_gbps: same.gbps(bytes),
+        verified: true,
+    })
+}
