@@ -316,3 +316,42 @@ fn bad_requests_are_clear_errors() {
     .unwrap();
     assert!(fraction.memory_cap().is_some());
 }
+
+#[test]
+fn pool_and_block_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Pool>();
+    assert_send_sync::<Block>();
+}
+
+#[test]
+fn reuse_cache_keeps_statistics_exact_and_blocks_outlive_the_pool() {
+    let gpu = context();
+    let pool = pool(&gpu, "policy:pytorch");
+    let first = pool.alloc(3000).unwrap();
+    let (buffer, offset) = (first.buffer().clone(), first.offset());
+    drop(first);
+    // The same size comes straight back from the reuse cache.
+    let again = pool.alloc(3000).unwrap();
+    assert_eq!((again.buffer(), again.offset()), (&buffer, offset));
+    drop(again);
+    for _ in 0..10 {
+        drop(pool.alloc(3000).unwrap());
+    }
+    let stats = pool.memory_stats();
+    assert_eq!(stats.allocation.all.allocated, 12);
+    assert_eq!(stats.allocation.all.freed, 12);
+    assert_eq!(stats.allocation.all.current, 0);
+    assert_eq!(stats.requested_bytes.all.allocated, 12 * 3000);
+    assert_eq!(stats.allocated_bytes.small_pool.allocated, 12 * 3072);
+    assert_eq!(stats.allocated_bytes.all.peak, 3072);
+    pool.check_consistency().unwrap();
+    // A different size sees the dropped block's memory as free: no new segment.
+    let other = pool.alloc(5000).unwrap();
+    assert_eq!(pool.memory_stats().segment.all.current, 1);
+    let survivor = pool.alloc(1 << 20).unwrap();
+    drop(pool);
+    // The block stays valid after the last pool handle is gone.
+    assert!(survivor.binding().is_ok());
+    drop((other, survivor));
+}

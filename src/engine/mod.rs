@@ -300,6 +300,34 @@ impl Engine {
         Ok(())
     }
 
+    /// Counts `count` blocks of the pool, of `bytes` block bytes and `requested` requested
+    /// bytes in all, as freed and allocated again without any change to the layout. A caller
+    /// that hands a block it freed straight back to a request of the same size (the pool's
+    /// reuse cache) reports it here, so that the accumulated totals match;
+    /// `oversize` of them are at least `max_split_size`.
+    pub fn record_reuse(
+        &mut self,
+        pool: PoolKind,
+        count: u64,
+        bytes: u64,
+        requested: u64,
+        oversize: u64,
+    ) {
+        self.stats.oversize_allocations.add_round_trip(oversize);
+        for array in [&mut self.stats.allocation, &mut self.stats.active] {
+            array.all.add_round_trip(count);
+            array.pool_mut(pool).add_round_trip(count);
+        }
+        for (array, amount) in [
+            (&mut self.stats.allocated_bytes, bytes),
+            (&mut self.stats.active_bytes, bytes),
+            (&mut self.stats.requested_bytes, requested),
+        ] {
+            array.all.add_round_trip(amount);
+            array.pool_mut(pool).add_round_trip(amount);
+        }
+    }
+
     /// Releases every cached segment that holds no live block (PyTorch's `empty_cache`).
     /// Segments with live blocks stay, so `inactive_split` memory remains reserved.
     pub fn empty_cache<S: SegmentSource + ?Sized>(&mut self, source: &mut S) {

@@ -33,6 +33,13 @@ impl Stat {
         self.freed += amount;
     }
 
+    /// Counts `amount` as allocated and freed again, leaving current and peak as they are.
+    #[inline]
+    pub(crate) fn add_round_trip(&mut self, amount: u64) {
+        self.allocated += amount;
+        self.freed += amount;
+    }
+
     /// Sets the peak to the current value.
     pub fn reset_peak(&mut self) {
         self.peak = self.current;
@@ -78,7 +85,7 @@ impl StatArray {
     }
 
     #[inline]
-    fn pool_mut(&mut self, pool: PoolKind) -> &mut Stat {
+    pub(crate) fn pool_mut(&mut self, pool: PoolKind) -> &mut Stat {
         match pool {
             PoolKind::Small => &mut self.small_pool,
             PoolKind::Large => &mut self.large_pool,

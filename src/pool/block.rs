@@ -1,11 +1,37 @@
 //! `Block`: an RAII handle to a piece of a segment buffer.
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use super::BindingError;
 use super::shared::PoolShared;
-use crate::engine::{Allocation, BlockId, SegmentId};
+use crate::engine::{Allocation, BlockId, PoolKind, SegmentId};
 use crate::kernels::Operand;
+
+/// Where a block is; everything of a [`Block`] but the pool handle.
+pub(crate) struct BlockParts {
+    pub id: BlockId,
+    pub buffer: wgpu::Buffer,
+    pub segment: SegmentId,
+    pub pool: PoolKind,
+    pub offset: u64,
+    pub size: u64,
+    pub capacity: u64,
+}
+
+impl BlockParts {
+    pub fn new(allocation: Allocation, buffer: wgpu::Buffer) -> BlockParts {
+        BlockParts {
+            id: allocation.block,
+            buffer,
+            segment: allocation.segment,
+            pool: allocation.pool,
+            offset: allocation.offset,
+            size: allocation.requested,
+            capacity: allocation.size,
+        }
+    }
+}
 
 /// A block of device memory: the range `offset()..offset() + capacity()` of `buffer()`, of
 /// which the caller asked for `size()` bytes.
@@ -19,66 +45,53 @@ use crate::kernels::Operand;
 ///
 /// A block never outlives the memory behind it: it keeps the pool's shared state alive.
 pub struct Block {
-    pub(super) shared: Arc<PoolShared>,
-    pub(super) id: BlockId,
-    pub(super) buffer: wgpu::Buffer,
-    pub(super) segment: SegmentId,
-    pub(super) offset: u64,
-    pub(super) size: u64,
-    pub(super) capacity: u64,
+    shared: ManuallyDrop<Arc<PoolShared>>,
+    parts: ManuallyDrop<BlockParts>,
 }
 
 impl Block {
-    pub(super) fn new(
-        shared: Arc<PoolShared>,
-        allocation: Allocation,
-        buffer: wgpu::Buffer,
-    ) -> Block {
+    #[inline]
+    pub(super) fn new(shared: Arc<PoolShared>, parts: BlockParts) -> Block {
         Block {
-            shared,
-            id: allocation.block,
-            buffer,
-            segment: allocation.segment,
-            offset: allocation.offset,
-            size: allocation.requested,
-            capacity: allocation.size,
+            shared: ManuallyDrop::new(shared),
+            parts: ManuallyDrop::new(parts),
         }
     }
 
     /// The segment buffer that holds the block.
     pub fn buffer(&self) -> &wgpu::Buffer {
-        &self.buffer
+        &self.parts.buffer
     }
 
     /// Byte offset of the block in [`buffer`](Block::buffer).
     pub fn offset(&self) -> u64 {
-        self.offset
+        self.parts.offset
     }
 
     /// The bytes the caller asked for.
     pub fn size(&self) -> u64 {
-        self.size
+        self.parts.size
     }
 
     /// The bytes the block really spans: `size()` rounded up by the pool (a multiple of
     /// 512 B). Bytes past `size()` belong to this block and no other.
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.parts.capacity
     }
 
     /// The segment the block lives in.
     pub fn segment(&self) -> SegmentId {
-        self.segment
+        self.parts.segment
     }
 
     /// The engine's id of the block.
     pub fn id(&self) -> BlockId {
-        self.id
+        self.parts.id
     }
 
     /// `size()` rounded up to 4 bytes: the extent bindings and copies use.
     pub fn bound_size(&self) -> u64 {
-        self.size.div_ceil(4) * 4
+        self.parts.size.div_ceil(4) * 4
     }
 
     /// The whole block as one binding: `offset()` and `bound_size()`.
@@ -101,12 +114,12 @@ impl Block {
         let limits = &self.shared.limits;
         if start
             .checked_add(size)
-            .is_none_or(|end| end > self.capacity)
+            .is_none_or(|end| end > self.parts.capacity)
         {
             return Err(BindingError::OutOfRange {
                 offset: start,
                 size,
-                capacity: self.capacity,
+                capacity: self.parts.capacity,
             });
         }
         if start % limits.offset_alignment != 0 {
@@ -123,37 +136,46 @@ impl Block {
             });
         }
         Ok(wgpu::BufferBinding {
-            buffer: &self.buffer,
-            offset: self.offset + start,
+            buffer: &self.parts.buffer,
+            offset: self.parts.offset + start,
             size: std::num::NonZeroU64::new(size),
         })
     }
 
     /// The block as a buffer slice of `size()` bytes (for vertex, index and copy use).
     pub fn slice(&self) -> wgpu::BufferSlice<'_> {
-        self.buffer.slice(self.offset..self.offset + self.size)
+        self.parts
+            .buffer
+            .slice(self.parts.offset..self.parts.offset + self.parts.size)
     }
 
     /// The block as a kernel operand of `bound_size()` bytes. Kernels split operands larger
     /// than the binding limit into windows themselves.
     pub fn operand(&self) -> Operand<'_> {
-        Operand::new(&self.buffer, self.offset, self.bound_size())
+        Operand::new(&self.parts.buffer, self.parts.offset, self.bound_size())
     }
 }
 
 impl std::fmt::Debug for Block {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Block")
-            .field("segment", &self.segment.0)
-            .field("offset", &self.offset)
-            .field("size", &self.size)
-            .field("capacity", &self.capacity)
+            .field("segment", &self.parts.segment.0)
+            .field("offset", &self.parts.offset)
+            .field("size", &self.parts.size)
+            .field("capacity", &self.parts.capacity)
             .finish()
     }
 }
 
 impl Drop for Block {
     fn drop(&mut self) {
-        self.shared.free(self.id);
+        // SAFETY: both fields are taken once, here, and never touched again.
+        let (shared, parts) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.shared),
+                ManuallyDrop::take(&mut self.parts),
+            )
+        };
+        PoolShared::release(shared, parts);
     }
 }

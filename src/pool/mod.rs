@@ -36,8 +36,10 @@ mod block;
 mod device_memory;
 mod device_segments;
 mod error;
+mod reuse_cache;
 mod shared;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use block::Block;
@@ -47,7 +49,9 @@ use crate::config::Config;
 use crate::engine::{AllocError, Engine, EngineLimits, MemoryStats, SegmentSnapshot};
 use crate::gpu::GpuContext;
 use crate::gpu::transfer::{TransferError, read_region, write_region};
+use block::BlockParts;
 use device_segments::DeviceSegments;
+use reuse_cache::ReuseCache;
 use shared::{BindingLimits, PoolShared, PoolState};
 
 /// The default usages of pool segments.
@@ -79,10 +83,32 @@ impl Default for PoolOptions {
 }
 
 /// A caching pool of device memory. Cheap to clone: clones share the same pool.
-/// `Pool` is `Send + Sync`; allocation and free from many threads are serialized by one lock.
-#[derive(Clone)]
+/// `Pool` is `Send + Sync`; allocation and free from many threads are serialized by one lock
+/// (the reuse cache in front of it takes none).
+///
+/// Blocks may outlive every `Pool` handle: the memory stays valid until the last block is
+/// dropped, and then every segment buffer is destroyed.
 pub struct Pool {
     shared: Arc<PoolShared>,
+}
+
+impl Clone for Pool {
+    fn clone(&self) -> Pool {
+        self.shared.handles.fetch_add(1, Ordering::AcqRel);
+        Pool {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The last handle: nobody can reuse parked blocks any more, and they would keep
+            // the pool alive, so they go back to the engine.
+            drop(self.shared.lock_flushed());
+        }
+    }
 }
 
 impl Pool {
@@ -139,6 +165,7 @@ impl Pool {
             device_memory,
             max_segment_size: limits.max_buffer_size,
         };
+        let reuse = ReuseCache::new(config.max_split_size.unwrap_or(u64::MAX));
         let engine = Engine::new(config, engine_limits).map_err(PoolError::Config)?;
         let segments = DeviceSegments::new(device.clone(), usage, options.label);
         Ok(Pool {
@@ -147,6 +174,8 @@ impl Pool {
                 queue: queue.clone(),
                 limits: binding,
                 state: Mutex::new(PoolState { engine, segments }),
+                reuse,
+                handles: AtomicUsize::new(1),
             }),
         })
     }
@@ -156,39 +185,54 @@ impl Pool {
     /// Fails with [`AllocError::ZeroSize`] for 0, [`AllocError::TooLarge`] above the device's
     /// `max_buffer_size`, and [`AllocError::OutOfMemory`] when neither the cache, nor a new
     /// segment, nor releasing the whole cache and retrying helps.
+    ///
+    /// A block dropped just before is handed straight back to the next request of exactly
+    /// its size (see the reuse cache); every other request is placed by the policy with all
+    /// free memory visible to it.
+    #[inline]
     pub fn alloc(&self, size: u64) -> Result<Block, AllocError> {
-        let mut state = self.shared.lock();
+        if let Some((shared, parts)) = self.shared.reuse.take(size) {
+            return Ok(Block::new(shared, parts));
+        }
+        self.alloc_through_engine(size)
+    }
+
+    fn alloc_through_engine(&self, size: u64) -> Result<Block, AllocError> {
+        let mut state = self.shared.lock_flushed();
         let PoolState { engine, segments } = &mut *state;
         let allocation = engine.allocate(size, 0, segments)?;
         let buffer = segments.buffer(allocation.segment).clone();
         drop(state);
-        Ok(Block::new(self.shared.clone(), allocation, buffer))
+        Ok(Block::new(
+            self.shared.clone(),
+            BlockParts::new(allocation, buffer),
+        ))
     }
 
     /// A copy of the statistics, with PyTorch's keys and meanings.
     pub fn memory_stats(&self) -> MemoryStats {
-        self.shared.lock().engine.memory_stats()
+        self.shared.lock_flushed().engine.memory_stats()
     }
 
     /// Sets every peak statistic to its current value.
     pub fn reset_peak_stats(&self) {
-        self.shared.lock().engine.reset_peak_stats();
+        self.shared.lock_flushed().engine.reset_peak_stats();
     }
 
     /// The statistics as a text table.
     pub fn memory_summary(&self) -> String {
-        self.shared.lock().engine.memory_summary()
+        self.shared.lock_flushed().engine.memory_summary()
     }
 
     /// The segments and their blocks.
     pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
-        self.shared.lock().engine.snapshot()
+        self.shared.lock_flushed().engine.snapshot()
     }
 
     /// Destroys every cached segment buffer that holds no live block; `reserved_bytes` drops
     /// by their total size.
     pub fn empty_cache(&self) {
-        let mut state = self.shared.lock();
+        let mut state = self.shared.lock_flushed();
         let PoolState { engine, segments } = &mut *state;
         engine.empty_cache(segments);
     }
@@ -197,7 +241,7 @@ impl Pool {
     /// segments) and that every segment has a live buffer of its size. For tests and for
     /// debugging an application; it walks every block.
     pub fn check_consistency(&self) -> Result<(), String> {
-        let state = self.shared.lock();
+        let state = self.shared.lock_flushed();
         state.engine.check_invariants()?;
         for segment in state.engine.snapshot() {
             let buffer = state.segments.buffer(segment.id);

@@ -1,9 +1,12 @@
 //! State shared by a pool and its blocks.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::block::BlockParts;
 use super::device_segments::DeviceSegments;
-use crate::engine::{BlockId, Engine};
+use super::reuse_cache::ReuseCache;
+use crate::engine::{Engine, PoolKind};
 
 /// Binding limits of the pool's usage, read from the device once.
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +30,9 @@ pub(crate) struct PoolShared {
     pub queue: wgpu::Queue,
     pub limits: BindingLimits,
     pub state: Mutex<PoolState>,
+    pub reuse: ReuseCache,
+    /// Live `Pool` handles; blocks are parked for reuse only while one exists.
+    pub handles: AtomicUsize,
 }
 
 impl PoolShared {
@@ -39,12 +45,55 @@ impl PoolShared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Returns a block to the engine.
-    pub fn free(&self, id: BlockId) {
-        let mut state = self.lock();
-        let PoolState { engine, segments } = &mut *state;
-        // A block handle is freed exactly once, by its Drop, so the id is always live.
-        let freed = engine.free(id, segments);
-        debug_assert!(freed.is_ok(), "{freed:?}");
+    /// Takes a dropped block and its handle's pool reference: into the reuse cache, or back
+    /// to the engine.
+    pub fn release(shared: Arc<PoolShared>, parts: BlockParts) {
+        let this: *const PoolShared = Arc::as_ptr(&shared);
+        // SAFETY: `this` points into the allocation `shared` keeps alive. The reference moves
+        // into the cache, which lives in that same allocation, or comes back to us; either way
+        // the allocation outlives the call.
+        let cache = unsafe { &(*this).reuse };
+        let handles = unsafe { &(*this).handles };
+        if let Err((shared, parts)) = cache.park((shared, parts), handles) {
+            let mut state = shared.lock();
+            free_to_engine(&mut state, parts);
+        }
     }
+
+    /// Locks the state and returns every block of the reuse cache to the engine first, so
+    /// that the engine sees all free memory and exact statistics.
+    pub fn lock_flushed(&self) -> MutexGuard<'_, PoolState> {
+        let mut state = self.lock();
+        let (parked, counts) = self.reuse.drain();
+        for pool in [PoolKind::Small, PoolKind::Large] {
+            let i = pool.index();
+            if counts.reuses[i] > 0 {
+                let oversize = if pool == PoolKind::Large {
+                    counts.oversize
+                } else {
+                    0
+                };
+                state.engine.record_reuse(
+                    pool,
+                    counts.reuses[i],
+                    counts.bytes[i],
+                    counts.requested[i],
+                    oversize,
+                );
+            }
+        }
+        // Dropping the parked blocks' pool references here is safe: the caller reached `self`
+        // through a reference of its own, so none of these is the last one.
+        for (_reference, parts) in parked {
+            free_to_engine(&mut state, parts);
+        }
+        state
+    }
+}
+
+fn free_to_engine(state: &mut PoolState, parts: BlockParts) {
+    let PoolState { engine, segments } = state;
+    // A block is freed exactly once, when its handle is dropped, so its id is live.
+    let freed = engine.free(parts.id, segments);
+    debug_assert!(freed.is_ok(), "{freed:?}");
 }
