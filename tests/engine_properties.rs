@@ -1,0 +1,1363 @@
+//! Property tests of the placement engine.
+//!
+//! Random operation sequences (allocations of 1 B to 1 GiB, log-uniformly distributed, on
+//! three streams; frees of random live blocks; `empty_cache`; `reset_peak_stats`; stale
+//! frees and zero-byte requests) run against [`Engine`] over [`VirtualSegments`] under
+//! random configurations that mix every `WGPOOL_CONF` option, caps and simulated device
+//! limits. After every operation the engine is compared with an independent model of the
+//! live blocks (see [`Harness::check`]); under `policy:pytorch` every placement is also
+//! compared with PyTorch's best-fit rule, computed here from the previous snapshot.
+//!
+//! The tests also replay `shared/traces/gpt2-train.csv` with the invariants checked after
+//! every operation.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::path::Path;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
+
+use wgpool::config::{Backend, Config, Policy};
+use wgpool::engine::rounding::{MIN_BLOCK_SIZE, SMALL_SIZE, round_request, segment_size_for};
+use wgpool::engine::{
+    AllocError, Allocation, BlockId, Engine, EngineLimits, FreeError, MemoryStats, PoolKind,
+    SegmentSnapshot, Stat, StatArray, VirtualSegments,
+};
+use wgpool::format::bytes;
+use wgpool::trace::{ReplayOptions, parse_trace, replay};
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+/// wgpu's `max_buffer_size` on the H200 (a multiple of 512).
+const H200_MAX_BUFFER: u64 = 4_292_870_144;
+
+/// Returns `Err(message)` from the enclosing function when `cond` is false.
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------------------
+// Inputs
+// ---------------------------------------------------------------------------------------
+
+/// Everything about one engine besides the operations.
+#[derive(Debug, Clone)]
+struct Setup {
+    /// The `WGPOOL_CONF` string (keys in random order).
+    conf: String,
+    /// `EngineLimits::device_memory`.
+    device_memory: Option<u64>,
+    /// `VirtualSegments::with_device_limit`, if any.
+    device_limit: Option<u64>,
+    /// `EngineLimits::max_segment_size`.
+    max_segment_size: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Allocate; on out-of-memory with `recover`, free everything, `empty_cache` and retry.
+    Alloc {
+        size: u64,
+        stream: u32,
+        recover: bool,
+    },
+    /// Free the live block at `pick % live`.
+    Free {
+        pick: usize,
+    },
+    /// Free up to `count` live blocks.
+    FreeBurst {
+        count: usize,
+    },
+    /// Free an id that was already freed.
+    FreeStale {
+        pick: usize,
+    },
+    /// Ask for zero bytes.
+    ZeroAlloc,
+    EmptyCache,
+    ResetPeak,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum PolicyChoice {
+    Pytorch,
+    Default,
+    Any,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    policy: PolicyChoice,
+    /// Always run under a cap or a device limit.
+    limited: bool,
+}
+
+/// 1 B to 1 GiB, log-uniform: as many sizes under 1 KiB as between 1 MiB and 1 GiB.
+fn log_uniform_size() -> impl Strategy<Value = u64> {
+    (0.0f64..=30.0).prop_map(|e| (2f64.powf(e) as u64).clamp(1, GIB))
+}
+
+/// Sizes at the rule boundaries (512 B granule, the 1 MiB pool limit, the 10 MiB segment
+/// rule, common max_split_size values), so that exact reuse and edge cases happen often.
+fn boundary_size() -> impl Strategy<Value = u64> {
+    prop::sample::select(vec![
+        1,
+        511,
+        512,
+        513,
+        1000,
+        2048,
+        MIB - 1,
+        MIB,
+        MIB + 1,
+        2 * MIB,
+        2500 * KIB,
+        10 * MIB - 1,
+        10 * MIB,
+        10 * MIB + 1,
+        20 * MIB,
+        20 * MIB + 1,
+        40 * MIB,
+        100 * MIB,
+        110 * MIB,
+        128 * MIB,
+        256 * MIB + 1,
+        GIB,
+    ])
+}
+
+fn size_strategy() -> impl Strategy<Value = u64> {
+    prop_oneof![4 => log_uniform_size(), 1 => boundary_size()]
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        550 => (size_strategy(), 0u32..3, prop::bool::weighted(0.3))
+            .prop_map(|(size, stream, recover)| Op::Alloc { size, stream, recover }),
+        380 => any::<usize>().prop_map(|pick| Op::Free { pick }),
+        1 => (1usize..100).prop_map(|count| Op::FreeBurst { count }),
+        20 => any::<usize>().prop_map(|pick| Op::FreeStale { pick }),
+        10 => Just(Op::ZeroAlloc),
+        25 => Just(Op::EmptyCache),
+        10 => Just(Op::ResetPeak),
+    ]
+}
+
+/// A list-form `roundup_power2_divisions` value: 1 to 4 increasing power-of-two keys from
+/// 1 MiB to 2 GiB, power-of-two divisions, and sometimes a `>` entry.
+fn roundup_list() -> impl Strategy<Value = String> {
+    (
+        prop::collection::btree_map(0u32..=11, 0u32..=4, 1..=4),
+        prop::option::of(0u32..=4),
+    )
+        .prop_map(|(entries, rest)| {
+            let mut parts: Vec<String> = entries
+                .iter()
+                .map(|(k, d)| format!("{}:{}", 1u64 << k, 1u32 << d))
+                .collect();
+            if let Some(r) = rest {
+                parts.push(format!(">:{}", 1u32 << r));
+            }
+            format!("[{}]", parts.join(","))
+        })
+}
+
+fn keyed<T: std::fmt::Display>(key: &'static str) -> impl Fn(Option<T>) -> Option<String> {
+    move |v| v.map(|v| format!("{key}:{v}"))
+}
+
+fn setup_strategy(shape: Shape) -> impl Strategy<Value = Setup> {
+    let policy = match shape.policy {
+        PolicyChoice::Pytorch => Just(Some("policy:pytorch".to_string())).boxed(),
+        PolicyChoice::Default => {
+            prop_oneof![Just(None), Just(Some("policy:compact".to_string()))].boxed()
+        }
+        PolicyChoice::Any => prop_oneof![
+            Just(None),
+            Just(Some("policy:pytorch".to_string())),
+            Just(Some("policy:compact".to_string()))
+        ]
+        .boxed(),
+    };
+    let (limit_p, fraction_p, device_limit_p) = if shape.limited {
+        (0.6, 0.35, 0.5)
+    } else {
+        (0.3, 0.2, 0.2)
+    };
+    let options = (
+        policy,
+        prop::option::weighted(0.4, prop_oneof![Just(20u64), Just(128u64), 20u64..=512])
+            .prop_map(keyed("max_split_size_mb")),
+        prop::option::weighted(0.3, 1u64..=64).prop_map(keyed("max_non_split_rounding_mb")),
+        prop::option::weighted(
+            0.4,
+            prop_oneof![
+                (0u32..=4).prop_map(|e| (1u32 << e).to_string()),
+                roundup_list()
+            ],
+        )
+        .prop_map(keyed("roundup_power2_divisions")),
+        prop::option::weighted(0.25, 1u64..=256).prop_map(keyed("roundup_bypass_threshold_mb")),
+        prop::option::weighted(0.35, 0.05f64..0.99).prop_map(keyed("garbage_collection_threshold")),
+        prop::option::weighted(limit_p, prop_oneof![64u64..=1024, 1024u64..=16384])
+            .prop_map(keyed("memory_limit_mb")),
+        prop::option::weighted(fraction_p, 0.02f64..=1.0)
+            .prop_map(keyed("per_process_memory_fraction")),
+        prop::option::weighted(0.3, 10u64..=128).prop_map(keyed("large_segment_size_mb")),
+        prop_oneof![
+            4 => Just(None),
+            1 => Just(Some("backend:native".to_string())),
+            1 => Just(Some("backend:passthrough".to_string())),
+        ],
+        prop::option::weighted(0.1, Just("False")).prop_map(keyed("expandable_segments")),
+        prop::option::weighted(0.1, prop_oneof![Just("none"), Just("host")])
+            .prop_map(keyed("overflow")),
+    );
+    let limits = (
+        prop::option::weighted(0.85, (1u64..=32).prop_map(|g| g * GIB)),
+        prop::option::weighted(device_limit_p, (256u64..=16384).prop_map(|m| m * MIB)),
+        prop_oneof![6 => Just(u64::MAX / 4), 1 => Just(H200_MAX_BUFFER), 1 => Just(512 * MIB)],
+        64u64..=4096,
+    );
+    (options, limits).prop_flat_map(move |(o, l)| {
+        let (device_memory, mut device_limit, max_segment_size, fallback_mb) = l;
+        let parts: Vec<String> = [o.0, o.1, o.2, o.3, o.4, o.5, o.6, o.7, o.8, o.9, o.10, o.11]
+            .into_iter()
+            .flatten()
+            .collect();
+        let has_cap = parts
+            .iter()
+            .any(|p| p.starts_with("memory_limit_mb") || p.starts_with("per_process"));
+        if shape.limited && !has_cap && device_limit.is_none() {
+            device_limit = Some(fallback_mb * MIB);
+        }
+        Just(parts).prop_shuffle().prop_map(move |parts| Setup {
+            conf: parts.join(","),
+            device_memory,
+            device_limit,
+            max_segment_size,
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// The model and its checks
+// ---------------------------------------------------------------------------------------
+
+/// Totals over all cases of one test, to show what the random runs exercised.
+#[derive(Default, Debug)]
+struct Counters {
+    cases: Cell<u64>,
+    ops: Cell<u64>,
+    allocs: Cell<u64>,
+    cache_hits: Cell<u64>,
+    new_segments: Cell<u64>,
+    releases_during_alloc: Cell<u64>,
+    ooms: Cell<u64>,
+    recoveries: Cell<u64>,
+    too_large: Cell<u64>,
+    stale_refused: Cell<u64>,
+    stale_aliased: Cell<u64>,
+    max_live: Cell<u64>,
+}
+
+fn bump(c: &Cell<u64>) {
+    c.set(c.get() + 1);
+}
+
+/// The cap on reserved memory computed from the options, independently of the engine.
+fn expected_cap(config: &Config, device_memory: Option<u64>) -> Option<u64> {
+    let from_fraction = match (config.per_process_memory_fraction, device_memory) {
+        (Some(f), Some(total)) => Some((f * total as f64) as u64),
+        _ => None,
+    };
+    match (from_fraction, config.memory_limit) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn stat_arrays(s: &MemoryStats) -> [(&'static str, StatArray); 9] {
+    [
+        ("allocation", s.allocation),
+        ("segment", s.segment),
+        ("active", s.active),
+        ("inactive_split", s.inactive_split),
+        ("allocated_bytes", s.allocated_bytes),
+        ("reserved_bytes", s.reserved_bytes),
+        ("active_bytes", s.active_bytes),
+        ("inactive_split_bytes", s.inactive_split_bytes),
+        ("requested_bytes", s.requested_bytes),
+    ]
+}
+
+fn check_stat(name: &str, s: &Stat) -> Result<(), String> {
+    ensure!(
+        s.peak >= s.current,
+        "{name}: peak {} < current {}",
+        s.peak,
+        s.current
+    );
+    ensure!(
+        s.allocated >= s.freed && s.allocated - s.freed == s.current,
+        "{name}: allocated {} - freed {} != current {}",
+        s.allocated,
+        s.freed,
+        s.current
+    );
+    Ok(())
+}
+
+struct Harness<'a> {
+    engine: Engine,
+    device: VirtualSegments,
+    config: Config,
+    cap: Option<u64>,
+    device_limit: Option<u64>,
+    max_segment_size: u64,
+    /// What `allocate` returned for every live block.
+    live: Vec<Allocation>,
+    /// Recently freed ids.
+    stale: Vec<BlockId>,
+    /// Creation order of each live segment id: PyTorch breaks best-fit ties by address,
+    /// and the engine's addresses grow with segment creation.
+    created_order: HashMap<u32, u64>,
+    next_order: u64,
+    /// The layout after the last operation.
+    snapshot: Vec<SegmentSnapshot>,
+    /// Peaks of the model's totals since the last reset.
+    peak_allocated: u64,
+    peak_requested: u64,
+    peak_reserved: u64,
+    ooms: u64,
+    counters: &'a Counters,
+}
+
+impl<'a> Harness<'a> {
+    fn new(setup: &Setup, counters: &'a Counters) -> Result<Harness<'a>, String> {
+        let config = Config::parse(&setup.conf)
+            .map_err(|e| format!("generated conf `{}` does not parse: {e}", setup.conf))?;
+        let mut device_memory = setup.device_memory;
+        if config.per_process_memory_fraction.is_some()
+            && device_memory.is_none()
+            && config.memory_limit.is_none()
+        {
+            // The cap cannot be computed: the engine must say so and name the way out.
+            let limits = EngineLimits {
+                device_memory: None,
+                max_segment_size: setup.max_segment_size,
+            };
+            match Engine::new(config.clone(), limits) {
+                Err(message) => ensure!(
+                    message.contains("memory_limit_mb")
+                        && message.contains("per_process_memory_fraction"),
+                    "the error for a fraction without a device size should name \
+                     memory_limit_mb and per_process_memory_fraction: {message}"
+                ),
+                Ok(_) => {
+                    return Err(format!(
+                        "`{}` with no device memory size was accepted",
+                        setup.conf
+                    ));
+                }
+            }
+            device_memory = Some(8 * GIB);
+        }
+        let limits = EngineLimits {
+            device_memory,
+            max_segment_size: setup.max_segment_size,
+        };
+        let engine = Engine::new(config.clone(), limits)
+            .map_err(|e| format!("Engine::new refused `{}`: {e}", setup.conf))?;
+        let cap = expected_cap(&config, device_memory);
+        ensure!(
+            engine.memory_cap() == cap,
+            "memory_cap() is {:?} but the options give {cap:?}",
+            engine.memory_cap()
+        );
+        ensure!(
+            engine.config() == &config,
+            "engine.config() differs from the parsed config"
+        );
+        let device = match setup.device_limit {
+            Some(limit) => VirtualSegments::with_device_limit(limit),
+            None => VirtualSegments::unlimited(),
+        };
+        Ok(Harness {
+            engine,
+            device,
+            config,
+            cap,
+            device_limit: setup.device_limit,
+            max_segment_size: setup.max_segment_size,
+            live: Vec::new(),
+            stale: Vec::new(),
+            created_order: HashMap::new(),
+            next_order: 0,
+            snapshot: Vec::new(),
+            peak_allocated: 0,
+            peak_requested: 0,
+            peak_reserved: 0,
+            ooms: 0,
+            counters,
+        })
+    }
+
+    fn passthrough(&self) -> bool {
+        self.config.backend == Backend::Passthrough
+    }
+
+    /// Whether every placement must follow PyTorch's rules exactly.
+    fn exact_pytorch(&self) -> bool {
+        self.config.policy == Policy::Pytorch && self.config.backend == Backend::Native
+    }
+
+    fn is_oversize(&self, size: u64) -> bool {
+        self.config.max_split_size.is_some_and(|m| size >= m)
+    }
+
+    /// PyTorch's segment size for a rounded request (or the request itself, pass-through).
+    fn pytorch_segment_size(&self, rounded: u64) -> u64 {
+        if self.passthrough() {
+            rounded
+        } else {
+            segment_size_for(&self.config, rounded).min(self.max_segment_size)
+        }
+    }
+
+    /// The size a request gets from a free block of `block` bytes: PyTorch's `should_split`.
+    fn served_size(&self, block: u64, rounded: u64) -> u64 {
+        let remaining = block - rounded;
+        let split = match PoolKind::for_size(rounded) {
+            PoolKind::Small => remaining >= MIN_BLOCK_SIZE,
+            PoolKind::Large => !self.is_oversize(rounded) && remaining > SMALL_SIZE,
+        };
+        if split && !self.passthrough() {
+            rounded
+        } else {
+            block
+        }
+    }
+
+    /// PyTorch's `get_free_block` over the previous snapshot: the free block of the same
+    /// pool and stream with the smallest (size, address) that fits, unless an oversize rule
+    /// refuses it. Returns (segment, offset, block size).
+    fn pytorch_choice(&self, rounded: u64, stream: u32) -> Result<Option<(u32, u64, u64)>, String> {
+        let pool = PoolKind::for_size(rounded);
+        let mut best: Option<(u64, u64, u64, u32)> = None;
+        for segment in &self.snapshot {
+            if segment.pool != pool || segment.stream != stream {
+                continue;
+            }
+            let order = *self
+                .created_order
+                .get(&segment.id.0)
+                .ok_or_else(|| format!("segment {:?} was never seen created", segment.id))?;
+            for b in &segment.blocks {
+                if !b.allocated && b.size >= rounded {
+                    let key = (b.size, order, b.offset, segment.id.0);
+                    if best.is_none_or(|k| key < k) {
+                        best = Some(key);
+                    }
+                }
+            }
+        }
+        let Some((size, _, offset, segment)) = best else {
+            return Ok(None);
+        };
+        if let Some(max_split) = self.config.max_split_size {
+            if rounded < max_split && size >= max_split {
+                return Ok(None);
+            }
+            if rounded >= max_split && size >= rounded + self.config.max_non_split_rounding {
+                return Ok(None);
+            }
+        }
+        Ok(Some((segment, offset, size)))
+    }
+
+    fn fits_when_empty(&self, segment_size: u64) -> bool {
+        self.cap.is_none_or(|c| segment_size <= c)
+            && self.device_limit.is_none_or(|l| segment_size <= l)
+    }
+
+    /// Compares the engine with the model after an operation; keeps the new snapshot.
+    fn check(&mut self, after: &str) -> Result<(), String> {
+        self.engine
+            .check_invariants()
+            .map_err(|e| format!("after {after}: check_invariants: {e}"))?;
+        let snapshot = self.engine.snapshot();
+        let stats = self.engine.memory_stats();
+
+        // Every allocated block in the layout is exactly one of the model's live blocks.
+        let mut segment_of: HashMap<u32, &SegmentSnapshot> = HashMap::new();
+        let mut in_layout: Vec<(u32, u64, u64, u64)> = Vec::new();
+        let mut reserved = 0u64;
+        for segment in &snapshot {
+            segment_of.insert(segment.id.0, segment);
+            reserved += segment.size;
+            for b in segment.blocks.iter().filter(|b| b.allocated) {
+                in_layout.push((segment.id.0, b.offset, b.size, b.requested));
+            }
+        }
+        let mut in_model: Vec<(u32, u64, u64, u64)> = self
+            .live
+            .iter()
+            .map(|a| (a.segment.0, a.offset, a.size, a.requested))
+            .collect();
+        in_layout.sort_unstable();
+        in_model.sort_unstable();
+        ensure!(
+            in_layout == in_model,
+            "after {after}: the layout's allocated blocks differ from the live blocks\n  layout {in_layout:?}\n  model  {in_model:?}"
+        );
+
+        // Live blocks: unchanged, aligned, inside their segment, large enough.
+        let mut totals = [(0u64, 0u64, 0u64); 2];
+        for a in &self.live {
+            let now = self.engine.allocation(a.block);
+            ensure!(
+                now == Some(*a),
+                "after {after}: live block changed: allocate returned {a:?}, now {now:?}"
+            );
+            let segment = segment_of
+                .get(&a.segment.0)
+                .ok_or_else(|| format!("after {after}: {a:?} is in no segment"))?;
+            ensure!(
+                a.offset % MIN_BLOCK_SIZE == 0 && a.size % MIN_BLOCK_SIZE == 0,
+                "after {after}: {a:?} is not 512 B aligned"
+            );
+            ensure!(
+                a.size >= a.requested,
+                "after {after}: {a:?} is smaller than asked"
+            );
+            ensure!(
+                a.offset + a.size <= segment.size,
+                "after {after}: {a:?} ends past its segment of {} bytes",
+                segment.size
+            );
+            ensure!(
+                segment.pool == a.pool,
+                "after {after}: {a:?} lies in a {:?} segment",
+                segment.pool
+            );
+            let t = &mut totals[a.pool.index()];
+            t.0 += 1;
+            t.1 += a.size;
+            t.2 += a.requested;
+        }
+        // No two live blocks overlap.
+        for pair in in_model.windows(2) {
+            let (s0, o0, z0, _) = pair[0];
+            let (s1, o1, _, _) = pair[1];
+            ensure!(
+                s0 != s1 || o0 + z0 <= o1,
+                "after {after}: live blocks overlap in segment {s0}: {o0}+{z0} and {o1}"
+            );
+        }
+
+        // Statistics against the model.
+        let count = totals[0].0 + totals[1].0;
+        let allocated = totals[0].1 + totals[1].1;
+        let requested = totals[0].2 + totals[1].2;
+        let pools = [PoolKind::Small, PoolKind::Large];
+        ensure!(
+            stats.allocation.all.current == count,
+            "after {after}: allocation.all.current {} != {count} live blocks",
+            stats.allocation.all.current
+        );
+        ensure!(
+            stats.allocated_bytes.all.current == allocated,
+            "after {after}: allocated_bytes.all.current {} != {allocated}",
+            stats.allocated_bytes.all.current
+        );
+        ensure!(
+            stats.requested_bytes.all.current == requested,
+            "after {after}: requested_bytes.all.current {} != {requested}",
+            stats.requested_bytes.all.current
+        );
+        for pool in pools {
+            let t = totals[pool.index()];
+            let got = (
+                stats.allocation.pool(pool).current,
+                stats.allocated_bytes.pool(pool).current,
+                stats.requested_bytes.pool(pool).current,
+            );
+            ensure!(
+                got == t,
+                "after {after}: {pool:?} pool stats {got:?} != model {t:?}"
+            );
+        }
+        ensure!(
+            stats.active.all.current == count && stats.active_bytes.all.current == allocated,
+            "after {after}: active stats differ from the live blocks"
+        );
+        ensure!(
+            stats.reserved_bytes.all.current == reserved
+                && reserved == self.device.live_bytes
+                && stats.segment.all.current == snapshot.len() as u64
+                && self.device.created - self.device.released == snapshot.len() as u64,
+            "after {after}: reserved {} / segments {} disagree with the layout ({reserved}, {}) \
+             or the device ({} bytes, {} created, {} released)",
+            stats.reserved_bytes.all.current,
+            stats.segment.all.current,
+            snapshot.len(),
+            self.device.live_bytes,
+            self.device.created,
+            self.device.released
+        );
+        ensure!(
+            stats.num_device_alloc == self.device.created
+                && stats.num_device_free == self.device.released,
+            "after {after}: num_device_alloc/free {}/{} but the device saw {}/{}",
+            stats.num_device_alloc,
+            stats.num_device_free,
+            self.device.created,
+            self.device.released
+        );
+        if let Some(cap) = self.cap {
+            ensure!(
+                reserved <= cap,
+                "after {after}: reserved {reserved} is over the cap {cap}"
+            );
+        }
+        for (name, array) in stat_arrays(&stats) {
+            ensure!(
+                array.all.current == array.small_pool.current + array.large_pool.current,
+                "after {after}: {name}: all != small + large"
+            );
+            check_stat(&format!("{name}.all"), &array.all)?;
+            check_stat(&format!("{name}.small_pool"), &array.small_pool)?;
+            check_stat(&format!("{name}.large_pool"), &array.large_pool)?;
+        }
+        check_stat("oversize_allocations", &stats.oversize_allocations)?;
+        check_stat("oversize_segments", &stats.oversize_segments)?;
+        let oversize_live = self
+            .live
+            .iter()
+            .filter(|a| self.is_oversize(a.size))
+            .count();
+        ensure!(
+            stats.oversize_allocations.current == oversize_live as u64,
+            "after {after}: oversize_allocations {} != {oversize_live}",
+            stats.oversize_allocations.current
+        );
+        ensure!(
+            stats.num_ooms == self.ooms && stats.num_alloc_retries >= stats.num_ooms,
+            "after {after}: num_ooms {} (expected {}), num_alloc_retries {}",
+            stats.num_ooms,
+            self.ooms,
+            stats.num_alloc_retries
+        );
+
+        // Peaks: allocated and requested change once per operation, so their peaks are the
+        // largest values seen after an operation. Reserved memory can also move inside one
+        // allocation, but PyTorch's chain only releases before it creates, so the same holds
+        // there; other policies may only be higher.
+        self.peak_allocated = self.peak_allocated.max(allocated);
+        self.peak_requested = self.peak_requested.max(requested);
+        self.peak_reserved = self.peak_reserved.max(reserved);
+        ensure!(
+            stats.allocated_bytes.all.peak == self.peak_allocated,
+            "after {after}: allocated_bytes.all.peak {} != {}",
+            stats.allocated_bytes.all.peak,
+            self.peak_allocated
+        );
+        ensure!(
+            stats.requested_bytes.all.peak == self.peak_requested,
+            "after {after}: requested_bytes.all.peak {} != {}",
+            stats.requested_bytes.all.peak,
+            self.peak_requested
+        );
+        if self.exact_pytorch() || self.passthrough() {
+            ensure!(
+                stats.reserved_bytes.all.peak == self.peak_reserved,
+                "after {after}: reserved_bytes.all.peak {} != {}",
+                stats.reserved_bytes.all.peak,
+                self.peak_reserved
+            );
+        } else {
+            ensure!(
+                stats.reserved_bytes.all.peak >= self.peak_reserved,
+                "after {after}: reserved_bytes.all.peak {} < {}",
+                stats.reserved_bytes.all.peak,
+                self.peak_reserved
+            );
+        }
+        let max_live = self.counters.max_live.get().max(count);
+        self.counters.max_live.set(max_live);
+        self.snapshot = snapshot;
+        Ok(())
+    }
+
+    fn segment(&self, id: u32) -> Option<&SegmentSnapshot> {
+        self.snapshot.iter().find(|s| s.id.0 == id)
+    }
+
+    /// Allocates and checks the outcome; returns the engine's error, if any.
+    fn alloc(&mut self, size: u64, stream: u32) -> Result<Option<AllocError>, String> {
+        bump(&self.counters.ops);
+        bump(&self.counters.allocs);
+        let what = format!("allocate({size}, stream {stream})");
+        let rounded = round_request(&self.config, size);
+        let before = self.engine.memory_stats();
+        let (created_before, released_before) = (self.device.created, self.device.released);
+        let expected = if self.exact_pytorch() {
+            Some(self.pytorch_choice(rounded, stream)?)
+        } else {
+            None
+        };
+        let result = self.engine.allocate(size, stream, &mut self.device);
+        let created = self.device.created - created_before;
+        let released = self.device.released - released_before;
+        match result {
+            Ok(a) => {
+                ensure!(created <= 1, "{what} created {created} segments");
+                if created == 1 {
+                    self.created_order.insert(a.segment.0, self.next_order);
+                    self.next_order += 1;
+                    bump(&self.counters.new_segments);
+                } else {
+                    bump(&self.counters.cache_hits);
+                }
+                if released > 0 {
+                    bump(&self.counters.releases_during_alloc);
+                }
+                self.live.push(a);
+                self.check(&what)?;
+                ensure!(
+                    rounded <= self.max_segment_size,
+                    "{what} was served though its rounded size {rounded} is over the segment limit"
+                );
+                ensure!(
+                    a.requested == size && a.size >= rounded,
+                    "{what} (rounded {rounded}) returned {a:?}"
+                );
+                ensure!(
+                    a.pool == PoolKind::for_size(rounded),
+                    "{what}: {a:?} is in the wrong pool"
+                );
+                let segment = self.segment(a.segment.0).expect("checked above");
+                ensure!(
+                    segment.stream == stream,
+                    "{what}: {a:?} lies in a segment of stream {}",
+                    segment.stream
+                );
+                let segment_size = segment.size;
+                match a.pool {
+                    PoolKind::Small => ensure!(
+                        a.size == rounded,
+                        "{what}: a small-pool block must be split to the rounded size {rounded}: {a:?}"
+                    ),
+                    PoolKind::Large => ensure!(
+                        self.is_oversize(rounded) || a.size - rounded <= SMALL_SIZE,
+                        "{what}: a block of {} for a rounded {rounded} should have been split",
+                        a.size
+                    ),
+                }
+                if self.passthrough() {
+                    ensure!(
+                        created == 1
+                            && a.offset == 0
+                            && segment_size == rounded
+                            && a.size == rounded,
+                        "{what}: pass-through must create one segment of exactly {rounded}: {a:?} in a segment of {segment_size}"
+                    );
+                }
+                if let Some(expected) = expected {
+                    match expected {
+                        Some((seg, offset, block)) => ensure!(
+                            created == 0
+                                && a.segment.0 == seg
+                                && a.offset == offset
+                                && a.size == self.served_size(block, rounded),
+                            "{what}: PyTorch's best fit is the free block of {block} at \
+                             segment {seg} offset {offset}, but the engine returned {a:?} \
+                             (created {created} segments)"
+                        ),
+                        None => {
+                            let want = self.pytorch_segment_size(rounded);
+                            ensure!(
+                                created == 1
+                                    && a.offset == 0
+                                    && segment_size == want
+                                    && a.size == self.served_size(want, rounded),
+                                "{what}: no cached block fits, so PyTorch creates a segment of \
+                                 {want} and serves offset 0, but the engine returned {a:?} in a \
+                                 segment of {segment_size} (created {created})"
+                            );
+                            let after = self.engine.memory_stats();
+                            ensure!(
+                                released == 0
+                                    || self.engine.memory_cap().is_some()
+                                    || self.config.max_split_size.is_some()
+                                    || after.num_alloc_retries > before.num_alloc_retries,
+                                "{what}: released {released} segments with no cap, no \
+                                 max_split_size and no retry"
+                            );
+                        }
+                    }
+                }
+                Ok(None)
+            }
+            Err(AllocError::OutOfMemory(oom)) => {
+                self.ooms += 1;
+                bump(&self.counters.ooms);
+                self.check(&what)?;
+                let stats = self.engine.memory_stats();
+                ensure!(created == 0, "{what} failed but created {created} segments");
+                ensure!(
+                    stats.num_alloc_retries == before.num_alloc_retries + 1,
+                    "{what}: an out-of-memory must come after the release-everything retry"
+                );
+                if let Some(Some(found)) = expected {
+                    return Err(format!(
+                        "{what}: out of memory though the cached block {found:?} serves it"
+                    ));
+                }
+                let allocated: u64 = self.live.iter().map(|a| a.size).sum();
+                let reserved = stats.reserved_bytes.all.current;
+                ensure!(
+                    oom.requested == size
+                        && oom.rounded == rounded
+                        && oom.pool == PoolKind::for_size(rounded)
+                        && oom.cap == self.cap
+                        && oom.allocated == allocated
+                        && oom.reserved == reserved,
+                    "{what}: the error's figures are wrong: {oom:?} (allocated {allocated}, \
+                     reserved {reserved}, cap {:?})",
+                    self.cap
+                );
+                if self.exact_pytorch() || self.passthrough() {
+                    ensure!(
+                        oom.segment_size == self.pytorch_segment_size(rounded),
+                        "{what}: the error names a segment of {} but PyTorch needs {}",
+                        oom.segment_size,
+                        self.pytorch_segment_size(rounded)
+                    );
+                }
+                // The whole chain ran: no cached whole segment is left ...
+                for s in &self.snapshot {
+                    ensure!(
+                        s.blocks.iter().any(|b| b.allocated),
+                        "{what} failed while segment {:?} was wholly free and releasable",
+                        s.id
+                    );
+                }
+                // ... and the segment really does not fit.
+                let over_cap = self.cap.is_some_and(|c| reserved + oom.segment_size > c);
+                let over_device = self
+                    .device_limit
+                    .is_some_and(|l| self.device.live_bytes + oom.segment_size > l);
+                ensure!(
+                    over_cap || over_device,
+                    "{what} failed though a segment of {} fits (reserved {reserved}, cap {:?}, \
+                     device {} of {:?})",
+                    oom.segment_size,
+                    self.cap,
+                    self.device.live_bytes,
+                    self.device_limit
+                );
+                let message = oom.to_string();
+                let mut must_name = vec![
+                    bytes(size),
+                    bytes(allocated),
+                    bytes(reserved.saturating_sub(allocated)),
+                ];
+                if let Some(cap) = self.cap {
+                    must_name.push(bytes(cap));
+                }
+                for part in must_name {
+                    ensure!(
+                        message.contains(&part),
+                        "{what}: `{message}` does not mention {part}"
+                    );
+                }
+                Ok(Some(AllocError::OutOfMemory(oom)))
+            }
+            Err(AllocError::TooLarge { requested, max }) => {
+                bump(&self.counters.too_large);
+                ensure!(
+                    max == self.max_segment_size
+                        && (size > max || rounded > max)
+                        && (requested == size || requested == rounded),
+                    "{what}: TooLarge {{ requested: {requested}, max: {max} }} with rounded \
+                     {rounded} and limit {}",
+                    self.max_segment_size
+                );
+                ensure!(
+                    self.engine.memory_stats() == before && created == 0 && released == 0,
+                    "{what}: a refused request changed the engine"
+                );
+                self.check(&what)?;
+                Ok(Some(AllocError::TooLarge { requested, max }))
+            }
+            Err(e) => Err(format!("{what} failed unexpectedly: {e}")),
+        }
+    }
+
+    fn free_at(&mut self, index: usize) -> Result<(), String> {
+        bump(&self.counters.ops);
+        let a = self.live.swap_remove(index);
+        let what = format!("free({a:?})");
+        let before = self.engine.memory_stats();
+        let (created_before, released_before) = (self.device.created, self.device.released);
+        self.engine
+            .free(a.block, &mut self.device)
+            .map_err(|e| format!("{what} failed: {e}"))?;
+        self.stale.push(a.block);
+        if self.stale.len() > 32 {
+            self.stale.remove(0);
+        }
+        self.check(&what)?;
+        let after = self.engine.memory_stats();
+        ensure!(
+            self.device.created == created_before,
+            "{what} created a segment"
+        );
+        let released = self.device.released - released_before;
+        if self.passthrough() {
+            ensure!(
+                released == 1
+                    && before.reserved_bytes.all.current - after.reserved_bytes.all.current
+                        == a.size
+                    && self.segment(a.segment.0).is_none(),
+                "{what}: pass-through must release the block's own segment"
+            );
+        } else if self.exact_pytorch() {
+            ensure!(
+                released == 0 && after.reserved_bytes == before.reserved_bytes,
+                "{what}: PyTorch never releases a segment at free"
+            );
+        }
+        // The freed range is now part of one free block.
+        if let Some(segment) = self.segment(a.segment.0) {
+            let holder = segment
+                .blocks
+                .iter()
+                .find(|b| b.offset <= a.offset && a.offset < b.offset + b.size)
+                .ok_or_else(|| format!("{what}: offset {} is in no block", a.offset))?;
+            ensure!(
+                !holder.allocated && holder.offset + holder.size >= a.offset + a.size,
+                "{what}: the freed range is not covered by one free block: {holder:?}"
+            );
+        }
+        Ok(())
+    }
+
+    fn free_all(&mut self) -> Result<(), String> {
+        while !self.live.is_empty() {
+            self.free_at(self.live.len() - 1)?;
+        }
+        Ok(())
+    }
+
+    fn empty_cache(&mut self) -> Result<(), String> {
+        bump(&self.counters.ops);
+        self.engine.empty_cache(&mut self.device);
+        self.check("empty_cache")?;
+        for s in &self.snapshot {
+            ensure!(
+                s.blocks.iter().any(|b| b.allocated),
+                "empty_cache left the wholly free segment {:?}",
+                s.id
+            );
+        }
+        Ok(())
+    }
+
+    fn reset_peak(&mut self) -> Result<(), String> {
+        bump(&self.counters.ops);
+        self.engine.reset_peak_stats();
+        let stats = self.engine.memory_stats();
+        self.peak_allocated = stats.allocated_bytes.all.current;
+        self.peak_requested = stats.requested_bytes.all.current;
+        self.peak_reserved = stats.reserved_bytes.all.current;
+        let map = stats.to_map();
+        for (key, value) in &map {
+            if let Some(stem) = key.strip_suffix(".peak") {
+                let current = map[&format!("{stem}.current")];
+                ensure!(
+                    *value == current,
+                    "after reset_peak_stats: {key} is {value}, current {current}"
+                );
+            }
+        }
+        self.check("reset_peak_stats")
+    }
+
+    fn free_stale(&mut self, pick: usize) -> Result<(), String> {
+        if self.stale.is_empty() {
+            return Ok(());
+        }
+        let id = self.stale[pick % self.stale.len()];
+        if self.live.iter().any(|a| a.block == id) {
+            // The engine handed the same id out again: see
+            // `a_stale_id_is_refused_after_its_block_is_reused` below. Freeing it here would
+            // free a live block, so the random runs only count these.
+            bump(&self.counters.stale_aliased);
+            return Ok(());
+        }
+        bump(&self.counters.ops);
+        let before = self.engine.memory_stats();
+        let result = self.engine.free(id, &mut self.device);
+        ensure!(
+            result == Err(FreeError::NotLive(id)),
+            "a second free of {id:?} returned {result:?}"
+        );
+        ensure!(
+            self.engine.allocation(id).is_none(),
+            "allocation() of the freed id {id:?} is not None"
+        );
+        ensure!(
+            self.engine.memory_stats() == before,
+            "a refused free changed the statistics"
+        );
+        bump(&self.counters.stale_refused);
+        self.check("a stale free")
+    }
+
+    fn zero_alloc(&mut self) -> Result<(), String> {
+        bump(&self.counters.ops);
+        let before = self.engine.memory_stats();
+        let result = self.engine.allocate(0, 0, &mut self.device);
+        ensure!(
+            matches!(result, Err(AllocError::ZeroSize)),
+            "allocate(0) returned {result:?}"
+        );
+        ensure!(
+            self.engine.memory_stats() == before,
+            "a zero-byte request changed the statistics"
+        );
+        self.check("allocate(0)")
+    }
+
+    /// After an out-of-memory: free everything, empty the cache, and ask again. A request
+    /// whose segment fits under the cap and the device limit must now succeed.
+    fn recover(&mut self, size: u64, stream: u32) -> Result<(), String> {
+        self.free_all()?;
+        self.empty_cache()?;
+        let stats = self.engine.memory_stats();
+        ensure!(
+            stats.reserved_bytes.all.current == 0 && stats.segment.all.current == 0,
+            "with nothing live, empty_cache left {} bytes reserved",
+            stats.reserved_bytes.all.current
+        );
+        let rounded = round_request(&self.config, size);
+        let retry = if self.fits_when_empty(self.pytorch_segment_size(rounded)) {
+            size
+        } else if self.fits_when_empty(self.pytorch_segment_size(MIN_BLOCK_SIZE)) {
+            1
+        } else {
+            return Ok(());
+        };
+        if let Some(e) = self.alloc(retry, stream)? {
+            return Err(format!(
+                "after freeing everything and empty_cache, allocate({retry}) still failed \
+                 (cap {:?}, device limit {:?}): {e}",
+                self.cap, self.device_limit
+            ));
+        }
+        bump(&self.counters.recoveries);
+        Ok(())
+    }
+
+    fn run(&mut self, ops: &[Op]) -> Result<(), String> {
+        self.check("creation")?;
+        for op in ops {
+            match *op {
+                Op::Alloc {
+                    size,
+                    stream,
+                    recover,
+                } => {
+                    if let Some(AllocError::OutOfMemory(_)) = self.alloc(size, stream)? {
+                        if recover {
+                            self.recover(size, stream)?;
+                        }
+                    }
+                }
+                Op::Free { pick } => {
+                    if !self.live.is_empty() {
+                        self.free_at(pick % self.live.len())?;
+                    }
+                }
+                Op::FreeBurst { count } => {
+                    for i in 0..count.min(self.live.len()) {
+                        self.free_at((i * 7919) % self.live.len())?;
+                    }
+                }
+                Op::FreeStale { pick } => self.free_stale(pick)?,
+                Op::ZeroAlloc => self.zero_alloc()?,
+                Op::EmptyCache => self.empty_cache()?,
+                Op::ResetPeak => self.reset_peak()?,
+            }
+        }
+        // Freeing everything leaves nothing allocated; empty_cache then leaves nothing
+        // reserved.
+        self.free_all()?;
+        let stats = self.engine.memory_stats();
+        ensure!(
+            stats.allocated_bytes.all.current == 0
+                && stats.requested_bytes.all.current == 0
+                && stats.allocation.all.current == 0,
+            "with every block freed, allocated_bytes is {}",
+            stats.allocated_bytes.all.current
+        );
+        self.empty_cache()?;
+        let stats = self.engine.memory_stats();
+        ensure!(
+            stats.reserved_bytes.all.current == 0
+                && stats.segment.all.current == 0
+                && self.device.live_bytes == 0
+                && stats.inactive_split_bytes.all.current == 0,
+            "after freeing everything and empty_cache: reserved {} in {} segments",
+            stats.reserved_bytes.all.current,
+            stats.segment.all.current
+        );
+        bump(&self.counters.cases);
+        Ok(())
+    }
+}
+
+fn run_case(setup: &Setup, ops: &[Op], counters: &Counters) -> Result<(), String> {
+    let mut harness = Harness::new(setup, counters)?;
+    harness.run(ops)
+}
+
+/// Runs random sequences of up to `max_length` operations until at least `min_ops`
+/// operations ran, and returns the totals. Each round is a fresh proptest runner with its own
+/// random seed; a failure is shrunk and reported with its minimal sequence.
+fn run_random(shape: Shape, min_ops: u64, max_length: usize) -> Counters {
+    let counters = Counters::default();
+    while counters.ops.get() < min_ops {
+        let mut runner = TestRunner::new(ProptestConfig {
+            cases: 8,
+            failure_persistence: None,
+            max_shrink_time: 120_000,
+            ..ProptestConfig::default()
+        });
+        let strategy = (
+            setup_strategy(shape),
+            prop::collection::vec(op_strategy(), 1..=max_length),
+        );
+        let result = runner.run(&strategy, |(setup, ops)| {
+            run_case(&setup, &ops, &counters).map_err(TestCaseError::fail)
+        });
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+    }
+    eprintln!("{shape:?}: {counters:?}");
+    counters
+}
+
+// The four random tests run in parallel under `cargo test`; together they run at least
+// 4 * OPS_PER_TEST = 220,000 checked operations.
+const OPS_PER_TEST: u64 = 55_000;
+
+#[test]
+fn random_sequences_under_pytorch_policy_follow_best_fit() {
+    let c = run_random(
+        Shape {
+            policy: PolicyChoice::Pytorch,
+            limited: false,
+        },
+        OPS_PER_TEST,
+        2400,
+    );
+    assert!(c.ops.get() >= OPS_PER_TEST);
+    assert!(
+        c.cache_hits.get() > 1000 && c.new_segments.get() > 1000,
+        "{c:?}"
+    );
+}
+
+#[test]
+fn random_sequences_under_default_policy_keep_invariants() {
+    let c = run_random(
+        Shape {
+            policy: PolicyChoice::Default,
+            limited: false,
+        },
+        OPS_PER_TEST,
+        2400,
+    );
+    assert!(c.ops.get() >= OPS_PER_TEST);
+    assert!(
+        c.cache_hits.get() > 1000 && c.new_segments.get() > 1000,
+        "{c:?}"
+    );
+}
+
+#[test]
+fn random_sequences_under_caps_survive_out_of_memory() {
+    let c = run_random(
+        Shape {
+            policy: PolicyChoice::Any,
+            limited: true,
+        },
+        OPS_PER_TEST,
+        2400,
+    );
+    assert!(c.ops.get() >= OPS_PER_TEST);
+    assert!(c.ooms.get() > 50 && c.recoveries.get() > 10, "{c:?}");
+    assert!(c.releases_during_alloc.get() > 10, "{c:?}");
+}
+
+#[test]
+fn random_sequences_mixing_every_option_keep_invariants() {
+    let c = run_random(
+        Shape {
+            policy: PolicyChoice::Any,
+            limited: false,
+        },
+        OPS_PER_TEST,
+        2400,
+    );
+    assert!(c.ops.get() >= OPS_PER_TEST);
+    assert!(c.stale_refused.get() > 100, "{c:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Deterministic cases
+// ---------------------------------------------------------------------------------------
+
+/// A freed id must stay dead even when the engine later hands its block to a new request
+/// (the engine's own documentation of `BlockId`: "a stale id is refused rather than freeing
+/// a block that reused its slot").
+#[test]
+#[ignore = "engine bug: a freed BlockId becomes valid again when its block record is reused \
+            (src/engine/mod.rs take_block/free keep the generation); run with --ignored"]
+fn a_stale_id_is_refused_after_its_block_is_reused() {
+    let config = Config::parse("policy:pytorch").unwrap();
+    let mut engine = Engine::new(config, EngineLimits::unlimited()).unwrap();
+    let mut device = VirtualSegments::unlimited();
+    let first = engine.allocate(1000, 0, &mut device).unwrap();
+    engine.free(first.block, &mut device).unwrap();
+    let second = engine.allocate(1000, 0, &mut device).unwrap();
+    // Same place (PyTorch reuses the cached block), but it is a different allocation.
+    assert_eq!(
+        (second.segment, second.offset),
+        (first.segment, first.offset)
+    );
+    assert_ne!(
+        first.block, second.block,
+        "the new allocation got the freed id back"
+    );
+    assert_eq!(
+        engine.free(first.block, &mut device),
+        Err(FreeError::NotLive(first.block))
+    );
+    assert_eq!(engine.allocation(second.block), Some(second));
+}
+
+/// A device whose `max_buffer_size` is not a multiple of 512 (lavapipe reports
+/// 2,147,483,647) must still get 512-aligned blocks.
+#[test]
+#[ignore = "engine bug: new_segment_size clamps to max_segment_size without aligning it to \
+            512 B (src/engine/mod.rs new_segment_size); run with --ignored"]
+fn blocks_stay_512_aligned_when_the_segment_limit_is_not() {
+    let limits = EngineLimits {
+        device_memory: None,
+        max_segment_size: 2_147_483_647,
+    };
+    for conf in ["policy:pytorch", ""] {
+        let mut engine = Engine::new(Config::parse(conf).unwrap(), limits).unwrap();
+        let mut device = VirtualSegments::unlimited();
+        match engine.allocate((1 << 31) - 600, 0, &mut device) {
+            Ok(a) => assert_eq!(a.size % 512, 0, "`{conf}`: {a:?}"),
+            Err(e) => assert!(matches!(e, AllocError::TooLarge { .. }), "`{conf}`: {e}"),
+        }
+        engine.check_invariants().unwrap();
+        let a = engine.allocate(15 * MIB, 0, &mut device).unwrap();
+        assert_eq!(a.size % 512, 0, "`{conf}`: {a:?}");
+        engine.check_invariants().unwrap();
+    }
+}
+
+fn gpt2_trace() -> Option<wgpool::trace::Trace> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/gpt2-train.csv");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Some(parse_trace(&text).expect("gpt2-train.csv parses")),
+        Err(e) => {
+            eprintln!("skipping: {} is not readable here ({e})", path.display());
+            None
+        }
+    }
+}
+
+/// Peak live requested bytes of gpt2-train.csv (shared/traces/README.md).
+const GPT2_PEAK_LIVE: u64 = 8_668_544_008;
+
+fn replay_checked(trace: &wgpool::trace::Trace, conf: &str) -> wgpool::trace::ReplayReport {
+    let options = ReplayOptions {
+        check_every_op: true,
+        min_timed_runs: 1,
+        ..ReplayOptions::default()
+    };
+    let report = replay(trace, &Config::parse(conf).unwrap(), &options)
+        .unwrap_or_else(|e| panic!("replay under `{conf}`: {e}"));
+    assert_eq!(report.ops, trace.ops.len() as u64);
+    assert_eq!(report.peak_live_bytes, GPT2_PEAK_LIVE, "`{conf}`");
+    assert!(
+        report.peak_allocated_bytes >= report.peak_live_bytes,
+        "{report:?}"
+    );
+    assert!(
+        report.peak_reserved_bytes >= report.peak_allocated_bytes,
+        "{report:?}"
+    );
+    assert_eq!(report.num_ooms, 0, "{report:?}");
+    report
+}
+
+/// Under `policy:pytorch` the replay also reproduces PyTorch 2.11's own figures for this
+/// trace (shared/traces/README.md): peak reserved and the number of cudaMalloc calls.
+#[test]
+fn gpt2_trace_replays_checked_under_pytorch_policy_and_matches_pytorch() {
+    let Some(trace) = gpt2_trace() else { return };
+    let report = replay_checked(&trace, "policy:pytorch");
+    assert_eq!(report.peak_reserved_bytes, 9_380_560_896, "{report:?}");
+    assert_eq!(report.segments_created, 190, "{report:?}");
+    assert_eq!(report.segments_released, 0, "{report:?}");
+}
+
+#[test]
+fn gpt2_trace_replays_checked_under_default_policy() {
+    let Some(trace) = gpt2_trace() else { return };
+    let report = replay_checked(&trace, "");
+    assert_eq!(report.policy, Config::default().policy.name());
+    eprintln!(
+        "default policy on gpt2-train: peak reserved {} ({:.4} of live), {} segments created, {} released",
+        report.peak_reserved_bytes, report.ratio, report.segments_created, report.segments_released
+    );
+}
+
+#[test]
+fn gpt2_trace_under_pytorch_options_matches_pytorch() {
+    let Some(trace) = gpt2_trace() else { return };
+    let options = ReplayOptions {
+        min_timed_runs: 1,
+        ..ReplayOptions::default()
+    };
+    let run = |conf: &str| replay(&trace, &Config::parse(conf).unwrap(), &options).unwrap();
+    let report = run("policy:pytorch,roundup_power2_divisions:4");
+    assert_eq!(report.peak_reserved_bytes, 10_026_483_712, "{report:?}");
+    assert_eq!(report.segments_created, 196, "{report:?}");
+    // PyTorch reports 11,542,724,608 bytes and 228 cudaMalloc calls here. The engine stays
+    // within 1 %: PyTorch breaks best-fit ties by real device addresses, which a replay
+    // cannot know.
+    let report = run("policy:pytorch,max_split_size_mb:128");
+    let reference = 11_542_724_608f64;
+    let off = (report.peak_reserved_bytes as f64 - reference).abs() / reference;
+    assert!(off < 0.01, "{report:?} is {:.2} % off", off * 100.0);
+    assert!(report.segments_created.abs_diff(228) <= 6, "{report:?}");
+}

@@ -1,0 +1,292 @@
+//! `wgpool replay`: the built binary run on small hand-made traces whose figures can be
+//! worked out by hand from PyTorch's rules.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+
+/// A trace file in the temporary directory, removed on drop.
+struct TraceFile(PathBuf);
+
+impl TraceFile {
+    fn new(rows: &str) -> TraceFile {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "wgpool-replay-cli-{}-{}.csv",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::write(&path, format!("action,id,size,stream\n{rows}")).unwrap();
+        TraceFile(path)
+    }
+}
+
+impl Drop for TraceFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Runs `wgpool replay` with WGPOOL_CONF unset unless `env_conf` gives it.
+fn wgpool(args: &[&str], env_conf: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wgpool"));
+    command.args(args).env_remove("WGPOOL_CONF");
+    if let Some(conf) = env_conf {
+        command.env("WGPOOL_CONF", conf);
+    }
+    command.output().expect("the wgpool binary runs")
+}
+
+fn replay_json(trace: &TraceFile, conf: Option<&str>, extra: &[&str]) -> Value {
+    let path = trace.0.to_str().unwrap();
+    let mut args = vec!["replay", path, "--json"];
+    if let Some(conf) = conf {
+        args.extend(["--conf", conf]);
+    }
+    args.extend(extra);
+    let out = wgpool(&args, None);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "wgpool {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The whole of stdout is one JSON object.
+    let value: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {stdout}"));
+    assert!(value.is_object(), "{value}");
+    value
+}
+
+fn u(report: &Value, field: &str) -> u64 {
+    report[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("`{field}` is not an unsigned integer in {report}"))
+}
+
+fn f(report: &Value, field: &str) -> f64 {
+    report[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("`{field}` is not a number in {report}"))
+}
+
+/// Exit code 2, nothing on stdout, and a message on stderr; returns the message.
+fn bad_input(args: &[&str], env_conf: Option<&str>) -> String {
+    let out = wgpool(args, env_conf);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "wgpool {args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "wgpool {args:?} printed to stdout");
+    assert!(!stderr.trim().is_empty());
+    stderr
+}
+
+#[test]
+fn one_small_allocation_reserves_one_small_segment() {
+    let trace = TraceFile::new("alloc,1,1000,0\n");
+    let report = replay_json(&trace, Some("policy:pytorch"), &[]);
+    for field in [
+        "ops",
+        "peak_live_bytes",
+        "peak_reserved_bytes",
+        "ratio",
+        "segments_created",
+        "segments_released",
+        "segment_bytes_created",
+        "ns_per_op",
+    ] {
+        assert!(
+            report.get(field).is_some(),
+            "`{field}` missing from {report}"
+        );
+    }
+    assert_eq!(u(&report, "ops"), 1);
+    assert_eq!(u(&report, "peak_live_bytes"), 1000);
+    assert_eq!(u(&report, "peak_reserved_bytes"), 2 * MIB);
+    assert!((f(&report, "ratio") - 2097.152).abs() < 1e-9, "{report}");
+    assert_eq!(u(&report, "segments_created"), 1);
+    assert_eq!(u(&report, "segments_released"), 0);
+    assert_eq!(u(&report, "segment_bytes_created"), 2 * MIB);
+    assert!(f(&report, "ns_per_op") >= 0.0);
+    assert_eq!(report["policy"], "pytorch");
+}
+
+/// 3 MiB gets a 20 MiB segment, 1000 B a 2 MiB one; after the 3 MiB block is freed, 5 MiB
+/// fits the cached 20 MiB block. Live peaks at 5 MiB + 1000 B.
+const MIXED: &str = "alloc,1,3145728,0\nalloc,2,1000,0\nfree,1,3145728,0\nalloc,3,5242880,0\nfree,2,1000,0\nfree,3,5242880,0\n";
+
+#[test]
+fn cached_blocks_are_reused_under_pytorch_policy() {
+    let trace = TraceFile::new(MIXED);
+    let report = replay_json(&trace, Some("policy:pytorch"), &[]);
+    assert_eq!(u(&report, "ops"), 6);
+    assert_eq!(u(&report, "peak_live_bytes"), 5 * MIB + 1000);
+    assert_eq!(u(&report, "peak_reserved_bytes"), 22 * MIB);
+    assert_eq!(u(&report, "segments_created"), 2);
+    assert_eq!(u(&report, "segments_released"), 0);
+    assert_eq!(u(&report, "segment_bytes_created"), 22 * MIB);
+    let ratio = (22 * MIB) as f64 / (5 * MIB + 1000) as f64;
+    assert!((f(&report, "ratio") - ratio).abs() < 1e-9, "{report}");
+}
+
+#[test]
+fn passthrough_backend_creates_and_releases_a_segment_per_allocation() {
+    let trace = TraceFile::new(MIXED);
+    let report = replay_json(&trace, Some("policy:pytorch,backend:passthrough"), &[]);
+    assert_eq!(u(&report, "segments_created"), 3);
+    assert_eq!(u(&report, "segments_released"), 3);
+    assert_eq!(
+        u(&report, "segment_bytes_created"),
+        3 * MIB + 1024 + 5 * MIB
+    );
+    // Highest after the 5 MiB allocation: 1024 B + 5 MiB.
+    assert_eq!(u(&report, "peak_reserved_bytes"), 5 * MIB + 1024);
+    assert_eq!(u(&report, "peak_live_bytes"), 5 * MIB + 1000);
+}
+
+#[test]
+fn wgpool_conf_is_read_when_conf_is_absent_and_conf_overrides_it() {
+    let trace = TraceFile::new(MIXED);
+    let path = trace.0.to_str().unwrap();
+    let out = wgpool(
+        &["replay", path, "--json"],
+        Some("policy:pytorch,backend:passthrough"),
+    );
+    assert!(out.status.success());
+    let from_env: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(u(&from_env, "segments_created"), 3);
+    let out = wgpool(
+        &["replay", path, "--json", "--conf", "policy:pytorch"],
+        Some("backend:passthrough"),
+    );
+    assert!(out.status.success());
+    let overridden: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(u(&overridden, "segments_created"), 2);
+    // A bad WGPOOL_CONF is refused like a bad --conf.
+    let stderr = bad_input(&["replay", path, "--json"], Some("no_such_option:1"));
+    assert!(stderr.contains("no_such_option"), "{stderr}");
+}
+
+#[test]
+fn zero_byte_allocations_hold_no_memory() {
+    let trace = TraceFile::new("alloc,1,0,0\nfree,1,0,0\n");
+    let report = replay_json(&trace, Some("policy:pytorch"), &[]);
+    assert_eq!(u(&report, "ops"), 2);
+    assert_eq!(u(&report, "peak_live_bytes"), 0);
+    assert_eq!(u(&report, "peak_reserved_bytes"), 0);
+    assert_eq!(u(&report, "segments_created"), 0);
+    assert_eq!(f(&report, "ratio"), 0.0);
+}
+
+#[test]
+fn a_cap_from_the_device_size_makes_allocations_fail_and_replay_continue() {
+    // Cap 0.5 * 100 MiB: the second 40 MiB block does not fit; its free is skipped.
+    let trace = TraceFile::new(
+        "alloc,1,41943040,0\nalloc,2,41943040,0\nfree,2,41943040,0\nfree,1,41943040,0\n",
+    );
+    let conf = "policy:pytorch,per_process_memory_fraction:0.5";
+    let report = replay_json(&trace, Some(conf), &["--device-memory-mb", "100"]);
+    assert_eq!(u(&report, "num_ooms"), 1);
+    assert_eq!(u(&report, "peak_live_bytes"), 40 * MIB);
+    assert_eq!(u(&report, "peak_reserved_bytes"), 40 * MIB);
+    // Without a device size the fraction has nothing to apply to.
+    let path = trace.0.to_str().unwrap();
+    let stderr = bad_input(&["replay", path, "--conf", conf], None);
+    assert!(stderr.contains("memory_limit_mb"), "{stderr}");
+}
+
+#[test]
+fn the_text_report_has_the_same_figures() {
+    let trace = TraceFile::new("alloc,1,1000,0\n");
+    let path = trace.0.to_str().unwrap();
+    let out = wgpool(&["replay", path, "--conf", "policy:pytorch"], None);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("policy:pytorch"), "{text}");
+    assert!(
+        text.contains("(2097152 B)"),
+        "peak reserved missing: {text}"
+    );
+    assert!(text.contains("(1000 B)"), "peak live missing: {text}");
+}
+
+#[test]
+fn malformed_rows_exit_2_naming_the_line() {
+    for (rows, line, part) in [
+        ("alloc,1,1000,0\nalloc,2,ten,0\n", 3, "`size` is `ten`"),
+        ("alloc,1,1000\n", 2, "missing the `stream` field"),
+        (
+            "alloc,1,1000,0\nalloc,2,5,0\nmalloc,3,5,0\n",
+            4,
+            "unknown action",
+        ),
+        ("alloc,1,1000,0,7\n", 2, "too many fields"),
+        ("alloc,1,-4,0\n", 2, "`size` is `-4`"),
+        ("alloc,1,1000,0\nalloc,1,1000,0\n", 3, "allocated again"),
+    ] {
+        let trace = TraceFile::new(rows);
+        let stderr = bad_input(&["replay", trace.0.to_str().unwrap(), "--json"], None);
+        assert!(
+            stderr.contains(&format!("line {line}")),
+            "{rows:?}: {stderr}"
+        );
+        assert!(stderr.contains(part), "{rows:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_free_of_an_id_that_is_not_live_exits_2_naming_the_line() {
+    for (rows, line) in [
+        ("alloc,1,1000,0\nfree,2,1000,0\n", 3),
+        ("alloc,1,1000,0\nfree,1,1000,0\nfree,1,1000,0\n", 4),
+    ] {
+        let trace = TraceFile::new(rows);
+        let stderr = bad_input(&["replay", trace.0.to_str().unwrap()], None);
+        assert!(
+            stderr.contains(&format!("line {line}")),
+            "{rows:?}: {stderr}"
+        );
+        assert!(stderr.contains("not live"), "{rows:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_bad_conf_exits_2_naming_the_key() {
+    let trace = TraceFile::new("alloc,1,1000,0\n");
+    let path = trace.0.to_str().unwrap();
+    for (conf, parts) in [
+        (
+            "max_split_mb:128",
+            &["max_split_mb", "max_split_size_mb"][..],
+        ),
+        (
+            "max_split_size_mb:1",
+            &["max_split_size_mb", "at least 20"][..],
+        ),
+        (
+            "expandable_segments:True",
+            &["expandable_segments", "virtual memory"][..],
+        ),
+        (
+            "policy:pytorch,policy:pytorch",
+            &["policy", "more than once"][..],
+        ),
+        ("roundup_power2_divisions:[256:1", &["never closed"][..]),
+    ] {
+        let stderr = bad_input(&["replay", path, "--json", "--conf", conf], None);
+        for part in parts {
+            assert!(stderr.contains(part), "`{conf}`: `{stderr}` lacks {part}");
+        }
+    }
+}
+
+#[test]
+fn a_missing_file_exits_2_naming_it() {
+    let path = std::env::temp_dir().join("wgpool-replay-cli-no-such-trace.csv");
+    let path = path.to_str().unwrap();
+    let stderr = bad_input(&["replay", path], None);
+    assert!(stderr.contains(path), "{stderr}");
+}
