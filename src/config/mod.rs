@@ -118,6 +118,15 @@ pub struct Config {
     pub backend: Backend,
     /// Behaviour at the cap (`overflow`).
     pub overflow: Overflow,
+    /// `policy:compact`: a request takes a free block spanning a whole segment only if it
+    /// fills at least this share of it (`compact_min_share`).
+    pub compact_min_share: f64,
+    /// `policy:compact`: reserved memory may exceed the allocated peak by this fraction before
+    /// idle segments are released (`compact_reserved_slack`).
+    pub compact_reserved_slack: f64,
+    /// `policy:compact`: most bytes released over the pool's life, as a multiple of the
+    /// allocated peak (`compact_release_budget`).
+    pub compact_release_budget: f64,
 }
 
 impl Default for Config {
@@ -135,6 +144,9 @@ impl Default for Config {
             expandable_segments: false,
             backend: Backend::default(),
             overflow: Overflow::default(),
+            compact_min_share: 0.125,
+            compact_reserved_slack: 0.03,
+            compact_release_budget: 0.2,
         }
     }
 }

@@ -332,7 +332,63 @@ pub const OPTIONS: &[OptionSpec] = &[
         },
         render: |c| c.overflow.name().to_string(),
     },
+    OptionSpec {
+        key: "compact_min_share",
+        default: "0.125",
+        allowed: "a number from 0 to 1",
+        meaning: "`policy:compact` only. A request takes a cached free block that spans a whole \
+                  segment only if it fills at least this share of it (or leaves at most 64 MiB \
+                  unused), so that small requests do not pin segments made for large ones. 0 \
+                  gives PyTorch's plain best fit.",
+        apply: |c, v| {
+            c.compact_min_share = parse_fraction(v.scalar()?)?;
+            Ok(())
+        },
+        render: |c| c.compact_min_share.to_string(),
+    },
+    OptionSpec {
+        key: "compact_reserved_slack",
+        default: "0.03",
+        allowed: "a number from 0 to 10",
+        meaning: "`policy:compact` only. Before a new segment would take reserved memory more \
+                  than this fraction above the peak of allocated memory, idle cached segments \
+                  are released, least recently freed first.",
+        apply: |c, v| {
+            let slack = parse_f64(v.scalar()?)?;
+            if !(0.0..=10.0).contains(&slack) {
+                return Err(format!("{slack} is outside 0 to 10"));
+            }
+            c.compact_reserved_slack = slack;
+            Ok(())
+        },
+        render: |c| c.compact_reserved_slack.to_string(),
+    },
+    OptionSpec {
+        key: "compact_release_budget",
+        default: "0.2",
+        allowed: "a number from 0 to 1000",
+        meaning: "`policy:compact` only. The most bytes released to stay under the slack, over \
+                  the pool's life, as a multiple of the allocated peak; bounds the cost of \
+                  re-creating segments. 0 never releases.",
+        apply: |c, v| {
+            let budget = parse_f64(v.scalar()?)?;
+            if !(0.0..=1000.0).contains(&budget) {
+                return Err(format!("{budget} is outside 0 to 1000"));
+            }
+            c.compact_release_budget = budget;
+            Ok(())
+        },
+        render: |c| c.compact_release_budget.to_string(),
+    },
 ];
+
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    let value = parse_f64(text)?;
+    if !(0.0..=1.0).contains(&value) {
+        return Err(format!("{value} is outside 0 to 1"));
+    }
+    Ok(value)
+}
 
 /// The option table as Markdown, exactly as the README carries it.
 pub fn options_markdown_table() -> String {

@@ -8,15 +8,16 @@
 //! the large segment is the smallest free block that fits.
 //!
 //! 1. **Keep large cached segments whole for large requests.** A request may take a free
-//!    block that spans a whole segment only if it uses at least 1/8 of it
-//!    ([`MIN_SHARE_OF_WHOLE_SEGMENT`]) or would leave at most [`SMALL_LEFTOVER`] unused.
-//!    Free blocks inside already-split segments are taken best-fit as in PyTorch.
+//!    block that spans a whole segment only if it uses at least `compact_min_share` of it
+//!    (default 1/8) or would leave at most [`SMALL_LEFTOVER`] unused. Free blocks inside
+//!    already-split segments are taken best-fit as in PyTorch.
 //! 2. **Release idle segments instead of growing past the live peak.** Before a new segment
-//!    would take reserved memory above [`RESERVED_SLACK`] over the peak of allocated memory,
-//!    cached whole segments are released, least recently freed first. Re-creating released
-//!    segments costs time (about 17.5 ms per GiB on an H200 for buffers of 256 MiB and more),
-//!    so the bytes released over the pool's life are capped at [`RELEASE_BUDGET`] times the
-//!    allocated peak; the budget grows with the peak. Once it is spent the pool grows instead.
+//!    would take reserved memory more than `compact_reserved_slack` (default 3%) above the
+//!    peak of allocated memory, cached whole segments are released, least recently freed
+//!    first. Re-creating released segments costs time (about 17.5 ms per GiB on an H200 for
+//!    buffers of 256 MiB and more), so the bytes released over the pool's life are capped at
+//!    `compact_release_budget` (default 0.2) times the allocated peak; the budget grows with
+//!    the peak. Once it is spent the pool grows instead.
 //!
 //! On `shared/traces/gpt2-train.csv` this gives peak reserved / peak live = 1.029 with
 //! segment bytes created = 1.13 x peak live, against PyTorch's 1.082 at 1.08 x.
@@ -25,15 +26,9 @@ use super::free_index::FreeKey;
 use super::rounding::segment_size_for;
 use super::{Engine, PoolKind, SegmentSource};
 
-/// A whole cached segment serves a request only if the request is at least this share of it.
-pub const MIN_SHARE_OF_WHOLE_SEGMENT: f64 = 1.0 / 8.0;
-/// ... or if taking it leaves at most this many bytes unused.
+/// A whole cached segment serves any request that leaves at most this many bytes of it
+/// unused, whatever its share.
 pub const SMALL_LEFTOVER: u64 = 64 << 20;
-/// Reserved memory may exceed the peak of allocated memory by this fraction before cached
-/// segments are released to make room.
-pub const RESERVED_SLACK: f64 = 0.03;
-/// Bytes released over the pool's life, as a multiple of the allocated peak.
-pub const RELEASE_BUDGET: f64 = 0.2;
 /// How many free blocks, smallest first, a search looks at for one it may take.
 const SEARCH_DEPTH: usize = 8;
 
@@ -50,7 +45,7 @@ pub(crate) struct CompactState {
 fn may_take(engine: &Engine, key: &FreeKey, rounded: u64) -> bool {
     engine.is_split(key.block)
         || key.size - rounded <= SMALL_LEFTOVER
-        || rounded as f64 >= key.size as f64 * MIN_SHARE_OF_WHOLE_SEGMENT
+        || rounded as f64 >= key.size as f64 * engine.config.compact_min_share
 }
 
 /// The free block that serves a request, if any. The small pool and the oversize rules of
@@ -90,8 +85,8 @@ pub(super) fn make_room<S: SegmentSource + ?Sized>(
         .compact
         .allocated_peak
         .max(engine.stats.allocated_bytes.all.current + rounded);
-    let limit = (peak as f64 * (1.0 + RESERVED_SLACK)) as u64;
-    let budget = (peak as f64 * RELEASE_BUDGET) as u64;
+    let limit = (peak as f64 * (1.0 + engine.config.compact_reserved_slack)) as u64;
+    let budget = (peak as f64 * engine.config.compact_release_budget) as u64;
     if engine.stats.reserved_bytes.all.current + segment_size <= limit {
         return;
     }
