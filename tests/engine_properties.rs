@@ -81,6 +81,11 @@ enum Op {
     },
     /// Ask for zero bytes.
     ZeroAlloc,
+    /// Report the live block at `pick % live` as freed and handed straight back to a
+    /// request of its size (`Engine::record_reuse`, the pool's reuse cache).
+    RecordReuse {
+        pick: usize,
+    },
     EmptyCache,
     ResetPeak,
 }
@@ -145,6 +150,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (1usize..100).prop_map(|count| Op::FreeBurst { count }),
         20 => any::<usize>().prop_map(|pick| Op::FreeStale { pick }),
         10 => Just(Op::ZeroAlloc),
+        10 => any::<usize>().prop_map(|pick| Op::RecordReuse { pick }),
         25 => Just(Op::EmptyCache),
         10 => Just(Op::ResetPeak),
     ]
@@ -296,6 +302,13 @@ fn stat_arrays(s: &MemoryStats) -> [(&'static str, StatArray); 9] {
         ("inactive_split_bytes", s.inactive_split_bytes),
         ("requested_bytes", s.requested_bytes),
     ]
+}
+
+fn pool_stat(array: &mut StatArray, pool: PoolKind) -> &mut Stat {
+    match pool {
+        PoolKind::Small => &mut array.small_pool,
+        PoolKind::Large => &mut array.large_pool,
+    }
 }
 
 fn check_stat(name: &str, s: &Stat) -> Result<(), String> {
@@ -1039,6 +1052,40 @@ impl<'a> Harness<'a> {
         self.check("allocate(0)")
     }
 
+    /// `record_reuse` of one live block: the accumulated totals count one more round trip;
+    /// current values, peaks and the layout stay as they are.
+    fn record_reuse(&mut self, pick: usize) -> Result<(), String> {
+        if self.live.is_empty() {
+            return Ok(());
+        }
+        bump(&self.counters.ops);
+        let a = self.live[pick % self.live.len()];
+        let oversize = u64::from(self.is_oversize(a.size));
+        let mut expected = self.engine.memory_stats();
+        let round_trip = |array: &mut StatArray, amount: u64| {
+            array.all.allocated += amount;
+            array.all.freed += amount;
+            let stat = pool_stat(array, a.pool);
+            stat.allocated += amount;
+            stat.freed += amount;
+        };
+        round_trip(&mut expected.allocation, 1);
+        round_trip(&mut expected.active, 1);
+        round_trip(&mut expected.allocated_bytes, a.size);
+        round_trip(&mut expected.active_bytes, a.size);
+        round_trip(&mut expected.requested_bytes, a.requested);
+        expected.oversize_allocations.allocated += oversize;
+        expected.oversize_allocations.freed += oversize;
+        self.engine
+            .record_reuse(a.pool, 1, a.size, a.requested, oversize);
+        let got = self.engine.memory_stats();
+        ensure!(
+            got == expected,
+            "record_reuse of {a:?}:\n  expected {expected:?}\n  got      {got:?}"
+        );
+        self.check("record_reuse")
+    }
+
     /// After an out-of-memory: free everything, empty the cache, and ask again. A request
     /// whose segment fits under the cap and the device limit must now succeed.
     fn recover(&mut self, size: u64, stream: u32) -> Result<(), String> {
@@ -1096,6 +1143,7 @@ impl<'a> Harness<'a> {
                 }
                 Op::FreeStale { pick } => self.free_stale(pick)?,
                 Op::ZeroAlloc => self.zero_alloc()?,
+                Op::RecordReuse { pick } => self.record_reuse(pick)?,
                 Op::EmptyCache => self.empty_cache()?,
                 Op::ResetPeak => self.reset_peak()?,
             }
