@@ -144,9 +144,9 @@ impl Default for Config {
             expandable_segments: false,
             backend: Backend::default(),
             overflow: Overflow::default(),
-            compact_min_share: 0.125,
-            compact_reserved_slack: 0.03,
-            compact_release_budget: 0.2,
+            compact_min_share: 0.0625,
+            compact_reserved_slack: 0.06,
+            compact_release_budget: 0.25,
         }
     }
 }

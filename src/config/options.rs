@@ -334,7 +334,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         key: "compact_min_share",
-        default: "0.125",
+        default: "0.0625",
         allowed: "a number from 0 to 1",
         meaning: "`policy:compact` only. A request takes a cached free block that spans a whole \
                   segment only if it fills at least this share of it (or leaves at most 64 MiB \
@@ -348,7 +348,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         key: "compact_reserved_slack",
-        default: "0.03",
+        default: "0.06",
         allowed: "a number from 0 to 10",
         meaning: "`policy:compact` only. Before a new segment would take reserved memory more \
                   than this fraction above the peak of allocated memory, idle cached segments \
@@ -365,7 +365,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         key: "compact_release_budget",
-        default: "0.2",
+        default: "0.25",
         allowed: "a number from 0 to 1000",
         meaning: "`policy:compact` only. The most bytes released to stay under the slack, over \
                   the pool's life, as a multiple of the allocated peak; bounds the cost of \

@@ -1,5 +1,5 @@
-//! The `compact` policy: PyTorch's rules plus two of wgpool's own, aimed at the
-//! fragmentation that training and serving workloads actually show.
+//! The `compact` policy: PyTorch's rules plus wgpool's own, aimed at the fragmentation that
+//! training and serving workloads actually show.
 //!
 //! What fragments a caching allocator without virtual memory is *pinning*: a small block
 //! carved out of a large cached segment keeps the whole segment from serving the large
@@ -7,28 +7,41 @@
 //! segment while the old one sits mostly free. PyTorch's best fit does exactly that whenever
 //! the large segment is the smallest free block that fits.
 //!
-//! 1. **Keep large cached segments whole for large requests.** A request may take a free
-//!    block that spans a whole segment only if it uses at least `compact_min_share` of it
-//!    (default 1/8) or would leave at most [`SMALL_LEFTOVER`] unused. Free blocks inside
-//!    already-split segments are taken best-fit as in PyTorch.
+//! 1. **Keep large cached segments whole for large requests, while growing is cheap.** A
+//!    request may take a free block that spans a whole segment if it fills at least
+//!    `compact_min_share` of it (default 1/16) or leaves at most [`SMALL_LEFTOVER`] unused.
+//!    Otherwise the request gets a segment of its own, but only if that fits under the slack
+//!    (below), after whatever releases the budget still allows; if it does not, the request
+//!    takes the best-fitting block as in PyTorch, since splitting beats growing the pool.
+//!    Free blocks inside already-split segments are always taken best-fit.
 //! 2. **Release idle segments instead of growing past the live peak.** Before a new segment
-//!    would take reserved memory more than `compact_reserved_slack` (default 3%) above the
+//!    would take reserved memory more than `compact_reserved_slack` (default 6%) above the
 //!    peak of allocated memory, cached whole segments are released, least recently freed
 //!    first. Re-creating released segments costs time (about 17.5 ms per GiB on an H200 for
 //!    buffers of 256 MiB and more), so the bytes released over the pool's life are capped at
-//!    `compact_release_budget` (default 0.2) times the allocated peak; the budget grows with
+//!    `compact_release_budget` (default 0.25) times the allocated peak; the budget grows with
 //!    the peak. Once it is spent the pool grows instead.
+//! 3. **Round segments up while shapes drift.** A request of [`DRIFT_MIN_SIZE`] or more that
+//!    misses while an idle whole segment of at least 3/4 of its size is cached (varying
+//!    sequence lengths, say) gets a segment rounded up to the next quarter step between
+//!    powers of two, so that the next, slightly larger request of its kind fits in it.
+//!    Fixed shapes never trigger this.
 //!
 //! On `shared/traces/gpt2-train.csv` this gives peak reserved / peak live = 1.029 with
-//! segment bytes created = 1.13 x peak live, against PyTorch's 1.082 at 1.08 x.
+//! segment bytes created = 1.03 x peak live, against PyTorch's 1.082 at 1.08 x; docs/POLICY.md
+//! has the measurements on other workloads.
 
 use super::free_index::FreeKey;
-use super::rounding::segment_size_for;
+use super::rounding::{ROUND_LARGE, round_to_power2_division, segment_size_for};
 use super::{Engine, PoolKind, SegmentSource};
 
 /// A whole cached segment serves any request that leaves at most this many bytes of it
 /// unused, whatever its share.
 pub const SMALL_LEFTOVER: u64 = 64 << 20;
+/// Requests from this size up get drift-rounded segments.
+pub const DRIFT_MIN_SIZE: u64 = 64 << 20;
+/// Drift-rounded segments take the next of this many steps between powers of two.
+const DRIFT_DIVISIONS: u32 = 4;
 /// How many free blocks, smallest first, a search looks at for one it may take.
 const SEARCH_DEPTH: usize = 8;
 
@@ -41,7 +54,7 @@ pub(crate) struct CompactState {
     released: u64,
 }
 
-/// Whether a request of `rounded` bytes may take free block `key`.
+/// Whether a request of `rounded` bytes may take free block `key` without further thought.
 fn may_take(engine: &Engine, key: &FreeKey, rounded: u64) -> bool {
     engine.is_split(key.block)
         || key.size - rounded <= SMALL_LEFTOVER
@@ -59,18 +72,100 @@ pub(super) fn candidate(
     if pool == PoolKind::Small {
         return engine.pytorch_candidate(pool, stream, rounded);
     }
-    let key = engine.free_index[pool.index()]
+    let index = &engine.free_index[pool.index()];
+    let allowed = index
         .fits_ascending(stream, rounded)
         .take(SEARCH_DEPTH)
-        .find(|key| may_take(engine, key, rounded))?;
+        .find(|key| may_take(engine, key, rounded));
+    let key = match allowed {
+        Some(key) => key,
+        None => {
+            let best = index.best_fit(stream, rounded)?;
+            if can_grow_within_slack(engine, stream, rounded) {
+                return None;
+            }
+            best
+        }
+    };
     engine
         .passes_oversize_rules(key.size, rounded)
         .then_some(key)
 }
 
-/// New segments are sized as PyTorch sizes them.
-pub(super) fn segment_size(engine: &Engine, rounded: u64) -> u64 {
-    segment_size_for(&engine.config, rounded)
+/// The reserved-memory limit for a request of `rounded` bytes, and the allocated peak it is
+/// derived from (this request included).
+fn reserved_limit(engine: &Engine, rounded: u64) -> (u64, u64) {
+    let peak = engine
+        .compact
+        .allocated_peak
+        .max(engine.stats.allocated_bytes.all.current + rounded);
+    let limit = (peak as f64 * (1.0 + engine.config.compact_reserved_slack)) as u64;
+    (limit, peak)
+}
+
+/// The release budget left for an allocated peak of `peak` bytes.
+fn budget_left(engine: &Engine, peak: u64) -> u64 {
+    let budget = (peak as f64 * engine.config.compact_release_budget) as u64;
+    budget.saturating_sub(engine.compact.released)
+}
+
+/// Free blocks that span a whole segment, in both pools: (freed at, block, size).
+fn idle_segments(engine: &Engine) -> impl Iterator<Item = (u64, u32, u64)> + '_ {
+    [PoolKind::Large, PoolKind::Small]
+        .into_iter()
+        .flat_map(|pool| engine.free_index[pool.index()].iter())
+        .filter(|key| !engine.is_split(key.block))
+        .map(|key| {
+            (
+                engine.blocks[key.block as usize].freed_at,
+                key.block,
+                key.size,
+            )
+        })
+}
+
+/// Whether a new segment for `rounded` bytes fits under the limit, possibly after releasing
+/// idle whole segments, smallest first, within the remaining release budget.
+fn can_grow_within_slack(engine: &Engine, stream: u32, rounded: u64) -> bool {
+    let segment = engine.new_segment_size(stream, rounded);
+    let (limit, peak) = reserved_limit(engine, rounded);
+    let reserved = engine.stats.reserved_bytes.all.current;
+    if reserved + segment <= limit {
+        return true;
+    }
+    let mut left = budget_left(engine, peak);
+    let mut idle: Vec<u64> = idle_segments(engine).map(|(_, _, size)| size).collect();
+    idle.sort_unstable();
+    let mut freed = 0u64;
+    for size in idle {
+        if size > left {
+            break;
+        }
+        left -= size;
+        freed += size;
+        if reserved - freed + segment <= limit {
+            return true;
+        }
+    }
+    false
+}
+
+/// The size of a new segment on `stream`: PyTorch's, or drift-rounded (rule 3).
+pub(super) fn segment_size(engine: &Engine, stream: u32, rounded: u64) -> u64 {
+    let base = segment_size_for(&engine.config, rounded);
+    if rounded < DRIFT_MIN_SIZE {
+        return base;
+    }
+    let nearly = rounded - rounded / 4;
+    let drifting = engine.free_index[PoolKind::Large.index()]
+        .fits_ascending(stream, nearly)
+        .take_while(|key| key.size < rounded)
+        .any(|key| !engine.is_split(key.block));
+    if !drifting {
+        return base;
+    }
+    let stepped = round_to_power2_division(rounded, DRIFT_DIVISIONS);
+    stepped.div_ceil(ROUND_LARGE) * ROUND_LARGE
 }
 
 /// Releases cached whole segments, least recently freed first, until a new segment of
@@ -81,35 +176,21 @@ pub(super) fn make_room<S: SegmentSource + ?Sized>(
     segment_size: u64,
     source: &mut S,
 ) {
-    let peak = engine
-        .compact
-        .allocated_peak
-        .max(engine.stats.allocated_bytes.all.current + rounded);
-    let limit = (peak as f64 * (1.0 + engine.config.compact_reserved_slack)) as u64;
-    let budget = (peak as f64 * engine.config.compact_release_budget) as u64;
+    let (limit, peak) = reserved_limit(engine, rounded);
     if engine.stats.reserved_bytes.all.current + segment_size <= limit {
         return;
     }
-    let mut idle: Vec<(u64, u32, u64)> = [PoolKind::Large, PoolKind::Small]
-        .iter()
-        .flat_map(|pool| engine.free_index[pool.index()].iter())
-        .filter(|key| !engine.is_split(key.block))
-        .map(|key| {
-            (
-                engine.blocks[key.block as usize].freed_at,
-                key.block,
-                key.size,
-            )
-        })
-        .collect();
+    let mut left = budget_left(engine, peak);
+    let mut idle: Vec<(u64, u32, u64)> = idle_segments(engine).collect();
     idle.sort_unstable();
     for (_, block, size) in idle {
         if engine.stats.reserved_bytes.all.current + segment_size <= limit {
             break;
         }
-        if engine.compact.released + size > budget {
+        if size > left {
             continue;
         }
+        left -= size;
         engine.compact.released += size;
         engine.release_block(block, source);
     }

@@ -85,16 +85,18 @@ pub struct EngineLimits {
 }
 
 impl EngineLimits {
-    /// No device size and no segment limit.
+    /// No device size, and segments up to 64 PiB.
     pub fn unlimited() -> Self {
         EngineLimits {
             device_memory: None,
-            max_segment_size: u64::MAX / 4,
+            max_segment_size: free_index::ADDRESS_LIMIT / 2,
         }
     }
 }
 
 const NONE: u32 = u32::MAX;
+/// The virtual address of the first segment.
+const FIRST_BASE: u64 = 1 << 40;
 
 #[derive(Debug, Clone)]
 pub(crate) struct SegmentRecord {
@@ -158,14 +160,14 @@ impl Engine {
         Ok(Engine {
             config,
             cap,
-            max_segment_size: limits.max_segment_size,
+            max_segment_size: limits.max_segment_size.min(free_index::ADDRESS_LIMIT / 2),
             segments: Vec::new(),
             free_segment_slots: Vec::new(),
             blocks: Vec::new(),
             free_block_slots: Vec::new(),
             free_index: [FreeIndex::default(), FreeIndex::default()],
             stats: MemoryStats::default(),
-            next_base: 1 << 40,
+            next_base: FIRST_BASE,
             search_count: [0, 0],
             clock: 0,
             compact: compact::CompactState::default(),
@@ -221,7 +223,8 @@ impl Engine {
             .filter(|b| b.in_use && b.allocated && b.generation == id.generation)
     }
 
-    /// Serves `size` bytes on `stream`.
+    /// Serves `size` bytes on `stream` (a number the caller assigns; blocks are reused only on
+    /// the stream that freed them).
     ///
     /// The request is rounded (512 B, then `roundup_power2_divisions`), looked up best-fit in
     /// its pool's free blocks of the same stream, and on a miss goes down the retry chain:
@@ -237,6 +240,7 @@ impl Engine {
         if size == 0 {
             return Err(AllocError::ZeroSize);
         }
+
         if size > self.max_segment_size {
             return Err(AllocError::TooLarge {
                 requested: size,
@@ -600,8 +604,7 @@ impl Engine {
             self.free_segment_slots.push(slot);
             return Err(OomCause::Device(message));
         }
-        let base = self.next_base;
-        self.next_base += size.div_ceil(rounding::ROUND_LARGE) * rounding::ROUND_LARGE;
+        let base = self.next_segment_base(size);
         let head = self.new_block_record(slot, 0, size);
         self.segments[slot as usize] = SegmentRecord {
             size,
@@ -619,6 +622,42 @@ impl Engine {
             self.stats.oversize_segments.increase(1);
         }
         Ok(head)
+    }
+
+    /// A virtual address for a new segment of `size` bytes, after every live segment's. When
+    /// the address space (128 PiB of segments created over the engine's life) runs out, the
+    /// live segments are renumbered from the start, keeping their order.
+    fn next_segment_base(&mut self, size: u64) -> u64 {
+        if self.next_base + size >= free_index::ADDRESS_LIMIT {
+            self.renumber_segments();
+        }
+        let base = self.next_base;
+        self.next_base += size;
+        base
+    }
+
+    fn renumber_segments(&mut self) {
+        let mut live: Vec<u32> = (0..self.segments.len() as u32)
+            .filter(|&s| self.segments[s as usize].in_use)
+            .collect();
+        live.sort_unstable_by_key(|&s| self.segments[s as usize].base);
+        let indexed: Vec<u32> = self
+            .free_index
+            .iter()
+            .flat_map(|index| index.iter().map(|k| k.block))
+            .collect();
+        self.free_index = [FreeIndex::default(), FreeIndex::default()];
+        let mut base = FIRST_BASE;
+        for s in live {
+            self.segments[s as usize].base = base;
+            base += self.segments[s as usize].size;
+        }
+        self.next_base = base;
+        for block in indexed {
+            let pool = self.segments[self.blocks[block as usize].segment as usize].pool;
+            let key = self.key_of(block);
+            self.free_index[pool.index()].insert(key);
+        }
     }
 
     /// Releases the segment of a free block that spans its whole segment.
@@ -644,12 +683,12 @@ impl Engine {
     }
 
     /// The size of a new segment for a rounded request under this engine's settings.
-    pub(crate) fn new_segment_size(&self, rounded: u64) -> u64 {
+    pub(crate) fn new_segment_size(&self, stream: u32, rounded: u64) -> u64 {
         match self.config.backend {
             Backend::Passthrough => rounded,
             Backend::Native => match self.config.policy {
                 Policy::Pytorch => segment_size_for(&self.config, rounded),
-                Policy::Compact => compact::segment_size(self, rounded),
+                Policy::Compact => compact::segment_size(self, stream, rounded),
             }
             .min(self.max_segment_size),
         }
@@ -661,5 +700,37 @@ fn apply_net(stat: &mut StatArray, pool: PoolKind, net: i64) {
         stat.increase(pool, net as u64);
     } else if net < 0 {
         stat.decrease(pool, (-net) as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_out_of_virtual_addresses_renumbers_segments() {
+        let mut engine = Engine::new(
+            Config::parse("policy:pytorch").unwrap(),
+            EngineLimits::unlimited(),
+        )
+        .unwrap();
+        let mut device = VirtualSegments::unlimited();
+        let a = engine.allocate(3 << 20, 0, &mut device).unwrap();
+        let b = engine.allocate(30 << 20, 0, &mut device).unwrap();
+        engine.free(a.block, &mut device).unwrap();
+        engine.next_base = free_index::ADDRESS_LIMIT - (1 << 20);
+        let c = engine.allocate(64 << 20, 0, &mut device).unwrap();
+        engine.check_invariants().unwrap();
+        assert!(
+            engine.next_base < FIRST_BASE + (200 << 20),
+            "segments were renumbered"
+        );
+        // The cached block is still found, by its renumbered key.
+        let d = engine.allocate(3 << 20, 0, &mut device).unwrap();
+        assert_eq!((d.segment, d.offset), (a.segment, a.offset));
+        for id in [b.block, c.block, d.block] {
+            engine.free(id, &mut device).unwrap();
+        }
+        engine.check_invariants().unwrap();
     }
 }

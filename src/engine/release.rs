@@ -20,7 +20,7 @@ impl Engine {
         if self.gc_active() {
             self.garbage_collect(source);
         }
-        let segment_size = self.new_segment_size(rounded);
+        let segment_size = self.new_segment_size(stream, rounded);
         if self.config.policy == Policy::Compact {
             super::compact::make_room(self, rounded, segment_size, source);
         }

@@ -26,7 +26,7 @@ pub enum TraceOp {
         slot: u32,
         /// Bytes asked for; zero means PyTorch's null allocation, which holds no memory.
         size: u64,
-        /// The stream.
+        /// The stream, numbered densely from 0 in order of first appearance.
         stream: u32,
     },
     /// Free the block in `slot`.
@@ -71,6 +71,8 @@ pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
     let mut trace = Trace::default();
     let mut live: HashMap<u64, u32> = HashMap::new();
     let mut free_slots: Vec<u32> = Vec::new();
+    // Traces may name streams by their handles (pointers); the engine wants small numbers.
+    let mut streams: HashMap<u64, u32> = HashMap::new();
     for (index, raw) in text.lines().enumerate() {
         let line = index + 1;
         let row = raw.trim();
@@ -81,7 +83,7 @@ pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
         let action = field(&mut fields, "action", line)?;
         let id: u64 = number(field(&mut fields, "id", line)?, "id", line)?;
         let size: u64 = number(field(&mut fields, "size", line)?, "size", line)?;
-        let stream: u32 = number(field(&mut fields, "stream", line)?, "stream", line)?;
+        let raw_stream: u64 = number(field(&mut fields, "stream", line)?, "stream", line)?;
         if fields.next().is_some() {
             return Err(TraceError {
                 line,
@@ -101,6 +103,8 @@ pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
                     (trace.slots - 1) as u32
                 });
                 live.insert(id, slot);
+                let next = streams.len() as u32;
+                let stream = *streams.entry(raw_stream).or_insert(next);
                 TraceOp::Alloc { slot, size, stream }
             }
             "free" => {
