@@ -11,6 +11,7 @@ use wgpool::engine::{
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
 
 /// Every key this file has a behaviour test for. `every_option_has_a_test` fails when an
 /// option is added to `OPTIONS` without one.
@@ -27,6 +28,9 @@ const TESTED_KEYS: &[&str] = &[
     "expandable_segments",
     "backend",
     "overflow",
+    "compact_min_share",
+    "compact_reserved_slack",
+    "compact_release_budget",
 ];
 
 #[test]
@@ -785,6 +789,134 @@ fn overflow_parses_and_the_engine_ignores_it() {
 }
 
 // ---------------------------------------------------------------------------------------
+// compact_min_share, compact_reserved_slack, compact_release_budget (policy:compact only)
+// ---------------------------------------------------------------------------------------
+
+/// Each compact test sets all three knobs, so that it does not depend on their defaults.
+fn compact(min_share: &str, slack: &str, budget: &str) -> Pool {
+    Pool::new(&format!(
+        "policy:compact,compact_min_share:{min_share},compact_reserved_slack:{slack},\
+         compact_release_budget:{budget}"
+    ))
+}
+
+#[test]
+fn compact_min_share_keeps_whole_segments_for_requests_that_fill_them() {
+    // A cached whole 1 GiB segment and a 10 MiB request (1 % of it, leaving 1014 MiB).
+    // With the share at 0 the request takes it, as PyTorch's best fit does.
+    let mut pool = compact("0", "10", "0");
+    let big = pool.alloc(GIB);
+    pool.free(big);
+    let a = pool.alloc(10 * MIB);
+    assert_eq!((a.segment, a.offset), (big.segment, 0));
+    assert_eq!(pool.stats().num_device_alloc, 1);
+
+    // With 0.5 it gets a segment of its own and the 1 GiB segment stays whole ...
+    let mut pool = compact("0.5", "10", "0");
+    let big = pool.alloc(GIB);
+    pool.free(big);
+    let a = pool.alloc(10 * MIB);
+    assert_ne!(a.segment, big.segment);
+    assert_eq!(pool.stats().num_device_alloc, 2);
+    // ... for a request that fills at least half of it,
+    let b = pool.alloc(600 * MIB);
+    assert_eq!((b.segment, b.offset, b.size), (big.segment, 0, 600 * MIB));
+    // and once split, its free rest is taken best fit like any block of a split segment.
+    let c = pool.alloc(20 * MIB);
+    assert_eq!((c.segment, c.offset), (big.segment, 600 * MIB));
+    assert_eq!(pool.stats().num_device_alloc, 2);
+
+    // A request that leaves at most 64 MiB unused may take it whatever the share.
+    let mut pool = compact("1", "10", "0");
+    let big = pool.alloc(GIB);
+    pool.free(big);
+    let near = pool.alloc(1000 * MIB);
+    assert_eq!(near.segment, big.segment, "24 MiB left over");
+    pool.free(near);
+    let far = pool.alloc(900 * MIB);
+    assert_ne!(
+        far.segment, big.segment,
+        "124 MiB left over, 88 % of the segment"
+    );
+    assert_eq!(far.size, 900 * MIB);
+    invalid_value("compact_min_share:1.5");
+    invalid_value("compact_min_share:-0.1");
+}
+
+/// 100 MiB (A, freed first) and 50 MiB (B, freed later) cached, then a 300 MiB request: the
+/// allocated peak becomes 300 MiB and reserved would reach 450 MiB.
+fn release_scenario(slack: &str, budget: &str) -> (Pool, Allocation, Allocation) {
+    let mut pool = compact("0", slack, budget);
+    let a = pool.alloc(100 * MIB);
+    let b = pool.alloc(50 * MIB);
+    pool.free(a);
+    pool.free(b);
+    pool.alloc(300 * MIB);
+    (pool, a, b)
+}
+
+#[test]
+fn compact_reserved_slack_releases_idle_segments_least_recently_freed_first() {
+    // Slack 0.2 allows 360 MiB: releasing A (350 MiB) is enough, so B stays cached.
+    let (mut pool, _, b) = release_scenario("0.2", "1");
+    let stats = pool.stats();
+    assert_eq!(stats.num_device_free, 1);
+    assert_eq!(stats.reserved_bytes.all.current, 350 * MIB);
+    assert_eq!(stats.reserved_bytes.all.peak, 350 * MIB);
+    let again = pool.alloc(50 * MIB);
+    assert_eq!((again.segment, again.offset), (b.segment, 0));
+    assert_eq!(pool.stats().num_device_free, 1);
+    // Slack 0.1 allows 330 MiB: both go.
+    let (pool, _, _) = release_scenario("0.1", "1");
+    assert_eq!(pool.stats().num_device_free, 2);
+    assert_eq!(pool.reserved(), 300 * MIB);
+    // A slack of 10 allows 3300 MiB: nothing goes.
+    let (pool, _, _) = release_scenario("10", "1");
+    assert_eq!(pool.stats().num_device_free, 0);
+    assert_eq!(pool.reserved(), 450 * MIB);
+    invalid_value("compact_reserved_slack:11");
+    invalid_value("compact_reserved_slack:-1");
+}
+
+#[test]
+fn compact_release_budget_bounds_the_bytes_released() {
+    // Budget 0: nothing is ever released, whatever the slack.
+    let (pool, _, _) = release_scenario("0", "0");
+    assert_eq!(pool.stats().num_device_free, 0);
+    assert_eq!(pool.reserved(), 450 * MIB);
+    // Budget 0.3 of the 300 MiB peak is 90 MiB: A (100 MiB) does not fit it, B (50 MiB) does.
+    let (mut pool, a, _) = release_scenario("0.2", "0.3");
+    assert_eq!(pool.stats().num_device_free, 1);
+    assert_eq!(pool.reserved(), 400 * MIB);
+    let again = pool.alloc(100 * MIB);
+    assert_eq!((again.segment, again.offset), (a.segment, 0));
+    // Budget 1 (300 MiB) covers A.
+    let (pool, _, _) = release_scenario("0.2", "1");
+    assert_eq!(pool.reserved(), 350 * MIB);
+    invalid_value("compact_release_budget:1001");
+    invalid_value("compact_release_budget:-1");
+}
+
+/// The compact knobs do nothing under policy:pytorch.
+#[test]
+fn compact_knobs_do_not_change_the_pytorch_policy() {
+    let run = |extra: &str| {
+        let mut pool = Pool::new(&format!("policy:pytorch{extra}"));
+        let a = pool.alloc(100 * MIB);
+        let b = pool.alloc(50 * MIB);
+        pool.free(a);
+        pool.free(b);
+        pool.alloc(10 * MIB);
+        pool.alloc(300 * MIB);
+        (pool.engine.snapshot(), pool.stats())
+    };
+    assert_eq!(
+        run(",compact_min_share:1,compact_reserved_slack:0,compact_release_budget:1000"),
+        run("")
+    );
+}
+
+// ---------------------------------------------------------------------------------------
 // Parser errors
 // ---------------------------------------------------------------------------------------
 
@@ -840,6 +972,9 @@ fn malformed_values_name_key_value_and_allowed() {
         ("backend:gpu", "gpu"),
         ("overflow:disk", "disk"),
         ("policy:fast", "fast"),
+        ("compact_min_share:2", "2"),
+        ("compact_reserved_slack:10.5", "10.5"),
+        ("compact_release_budget:nan", "nan"),
     ];
     for (conf, value) in cases {
         let (key, written, _, _) = invalid_value(conf);
@@ -1020,11 +1155,33 @@ fn valid_conf() -> impl Strategy<Value = String> {
                 .boxed(),
         ),
     );
-    entries.prop_flat_map(|e| {
-        let parts: Vec<String> = [e.0, e.1, e.2, e.3, e.4, e.5, e.6, e.7, e.8, e.9, e.10, e.11]
-            .into_iter()
-            .flatten()
-            .collect();
+    let compact = (
+        o(
+            0.5,
+            (0.0f64..=1.0)
+                .prop_map(|v| format!("compact_min_share:{v}"))
+                .boxed(),
+        ),
+        o(
+            0.5,
+            (0.0f64..=10.0)
+                .prop_map(|v| format!("compact_reserved_slack:{v}"))
+                .boxed(),
+        ),
+        o(
+            0.5,
+            (0.0f64..=1000.0)
+                .prop_map(|v| format!("compact_release_budget:{v}"))
+                .boxed(),
+        ),
+    );
+    (entries, compact).prop_flat_map(|(e, k)| {
+        let parts: Vec<String> = [
+            e.0, e.1, e.2, e.3, e.4, e.5, e.6, e.7, e.8, e.9, e.10, e.11, k.0, k.1, k.2,
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         Just(parts).prop_shuffle().prop_map(|p| p.join(","))
     })
 }

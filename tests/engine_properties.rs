@@ -226,18 +226,27 @@ fn setup_strategy(shape: Shape) -> impl Strategy<Value = Setup> {
         prop::option::weighted(0.1, prop_oneof![Just("none"), Just("host")])
             .prop_map(keyed("overflow")),
     );
+    let compact_knobs = (
+        prop::option::weighted(0.3, 0.0f64..=1.0).prop_map(keyed("compact_min_share")),
+        prop::option::weighted(0.3, prop_oneof![0.0f64..0.2, 0.0f64..=10.0])
+            .prop_map(keyed("compact_reserved_slack")),
+        prop::option::weighted(0.3, prop_oneof![0.0f64..=1.0, 0.0f64..=1000.0])
+            .prop_map(keyed("compact_release_budget")),
+    );
     let limits = (
         prop::option::weighted(0.85, (1u64..=32).prop_map(|g| g * GIB)),
         prop::option::weighted(device_limit_p, (256u64..=16384).prop_map(|m| m * MIB)),
         prop_oneof![6 => Just(u64::MAX / 4), 1 => Just(H200_MAX_BUFFER), 1 => Just(512 * MIB)],
         64u64..=4096,
     );
-    (options, limits).prop_flat_map(move |(o, l)| {
+    (options, compact_knobs, limits).prop_flat_map(move |(o, k, l)| {
         let (device_memory, mut device_limit, max_segment_size, fallback_mb) = l;
-        let parts: Vec<String> = [o.0, o.1, o.2, o.3, o.4, o.5, o.6, o.7, o.8, o.9, o.10, o.11]
-            .into_iter()
-            .flatten()
-            .collect();
+        let parts: Vec<String> = [
+            o.0, o.1, o.2, o.3, o.4, o.5, o.6, o.7, o.8, o.9, o.10, o.11, k.0, k.1, k.2,
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let has_cap = parts
             .iter()
             .any(|p| p.starts_with("memory_limit_mb") || p.starts_with("per_process"));
@@ -1272,6 +1281,33 @@ fn random_sequences_mixing_every_option_keep_invariants() {
     );
     assert!(c.ops.get() >= OPS_PER_TEST);
     assert!(c.stale_refused.get() > 100, "{c:?}");
+}
+
+/// The random configurations mix every option in the table: a new option that the
+/// generator does not know fails here.
+#[test]
+fn random_configurations_use_every_option() {
+    use proptest::strategy::ValueTree;
+    let mut runner = TestRunner::default();
+    let mut seen = std::collections::BTreeSet::new();
+    let strategy = setup_strategy(Shape {
+        policy: PolicyChoice::Any,
+        limited: true,
+    });
+    for _ in 0..500 {
+        let setup = strategy.new_tree(&mut runner).unwrap().current();
+        Config::parse(&setup.conf).unwrap();
+        for entry in setup.conf.split(',') {
+            seen.insert(entry.split(':').next().unwrap().to_string());
+        }
+    }
+    for option in wgpool::config::OPTIONS {
+        assert!(
+            seen.contains(option.key),
+            "no random configuration sets `{}`",
+            option.key
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------
