@@ -279,7 +279,6 @@ struct Counters {
     recoveries: Cell<u64>,
     too_large: Cell<u64>,
     stale_refused: Cell<u64>,
-    stale_aliased: Cell<u64>,
     max_live: Cell<u64>,
 }
 
@@ -1020,13 +1019,10 @@ impl<'a> Harness<'a> {
             return Ok(());
         }
         let id = self.stale[pick % self.stale.len()];
-        if self.live.iter().any(|a| a.block == id) {
-            // The engine handed the same id out again: see
-            // `a_stale_id_is_refused_after_its_block_is_reused` below. Freeing it here would
-            // free a live block, so the random runs only count these.
-            bump(&self.counters.stale_aliased);
-            return Ok(());
-        }
+        ensure!(
+            !self.live.iter().any(|a| a.block == id),
+            "the engine handed the freed id {id:?} out again"
+        );
         bump(&self.counters.ops);
         let before = self.engine.memory_stats();
         let result = self.engine.free(id, &mut self.device);
@@ -1318,8 +1314,6 @@ fn random_configurations_use_every_option() {
 /// (the engine's own documentation of `BlockId`: "a stale id is refused rather than freeing
 /// a block that reused its slot").
 #[test]
-#[ignore = "engine bug: a freed BlockId becomes valid again when its block record is reused \
-            (src/engine/mod.rs take_block/free keep the generation); run with --ignored"]
 fn a_stale_id_is_refused_after_its_block_is_reused() {
     let config = Config::parse("policy:pytorch").unwrap();
     let mut engine = Engine::new(config, EngineLimits::unlimited()).unwrap();
@@ -1346,8 +1340,6 @@ fn a_stale_id_is_refused_after_its_block_is_reused() {
 /// A device whose `max_buffer_size` is not a multiple of 512 (lavapipe reports
 /// 2,147,483,647) must still get 512-aligned blocks.
 #[test]
-#[ignore = "engine bug: new_segment_size clamps to max_segment_size without aligning it to \
-            512 B (src/engine/mod.rs new_segment_size); run with --ignored"]
 fn blocks_stay_512_aligned_when_the_segment_limit_is_not() {
     let limits = EngineLimits {
         device_memory: None,

@@ -285,7 +285,7 @@ fn bad_requests_are_clear_errors() {
     assert!(matches!(error, AllocError::TooLarge { .. }), "{error}");
     assert!(error.to_string().contains("max_buffer_size"), "{error}");
     // A block over the storage binding limit is served, but refuses to be one binding.
-    let limit = gpu.limits().max_storage_buffer_binding_size as u64;
+    let limit = gpu.limits().max_storage_buffer_binding_size;
     let big = pool.alloc(limit + 4096).unwrap();
     let error = big.binding().unwrap_err();
     assert!(matches!(error, BindingError::TooLarge { .. }));

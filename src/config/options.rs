@@ -47,6 +47,8 @@ pub struct OptionSpec {
 }
 
 const MIB: u64 = 1 << 20;
+/// Largest `roundup_power2_divisions` list key: 2^36 MiB = 64 PiB, the largest block.
+const MAX_INTERVAL_KEY_MB: u64 = 1 << 36;
 
 fn parse_u64(text: &str) -> Result<u64, String> {
     text.parse::<u64>()
@@ -109,6 +111,11 @@ fn apply_roundup(config: &mut Config, value: &RawValue) -> Result<(), String> {
                     .map_err(|_| format!("interval key `{key}` is not an integer"))?;
                 if mb == 0 || !mb.is_power_of_two() {
                     return Err(format!("interval key {mb} MiB is not a power of two"));
+                }
+                if mb > MAX_INTERVAL_KEY_MB {
+                    return Err(format!(
+                        "interval key {mb} MiB is above the largest, {MAX_INTERVAL_KEY_MB} MiB"
+                    ));
                 }
                 if bounds.last().is_some_and(|&(prev, _)| prev >= mb) {
                     return Err(format!(
@@ -183,7 +190,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         key: "roundup_power2_divisions",
         default: "none (512 B rounding only)",
         allowed: "a power of two from 1 to 1024, or a list such as `[256:1,512:2,>:8]` whose keys \
-                  are increasing powers of two in MiB, whose values are such powers of two, and \
+                  are increasing powers of two in MiB (up to 2^36), whose values are such powers of two, and \
                   whose optional last entry `>:N` covers larger sizes",
         meaning: "Round sizes up to the next of N equal steps between two powers of two \
                   (2500 KiB with 4 divisions becomes 2560 KiB). Sizes of at most 512 B times N \

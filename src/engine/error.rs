@@ -15,6 +15,15 @@ pub enum OomCause {
     Device(String),
 }
 
+impl std::fmt::Display for OomCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OomCause::Cap => write!(f, "the cap would be exceeded"),
+            OomCause::Device(message) => write!(f, "{message}"),
+        }
+    }
+}
+
 /// An allocation that could not be served even after releasing every cached block.
 ///
 /// The message states what was asked for, the cap, what is allocated, what is reserved but

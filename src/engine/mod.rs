@@ -160,7 +160,10 @@ impl Engine {
         Ok(Engine {
             config,
             cap,
-            max_segment_size: limits.max_segment_size.min(free_index::ADDRESS_LIMIT / 2),
+            // Segments are whole 512 B granules: round the device's limit down to one.
+            max_segment_size: limits.max_segment_size.min(free_index::ADDRESS_LIMIT / 2)
+                / rounding::MIN_BLOCK_SIZE
+                * rounding::MIN_BLOCK_SIZE,
             segments: Vec::new(),
             free_segment_slots: Vec::new(),
             blocks: Vec::new(),
@@ -460,6 +463,9 @@ impl Engine {
         let b = &mut self.blocks[block as usize];
         b.allocated = true;
         b.requested = requested;
+        // A fresh id for every allocation, so a handle kept past its free is refused even
+        // when the same record serves the next request.
+        b.generation = b.generation.wrapping_add(1);
         let (size, offset, generation) = (b.size, b.offset, b.generation);
         self.segments[segment as usize].live_blocks += 1;
         self.stats.allocation.increase(pool, 1);

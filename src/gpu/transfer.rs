@@ -132,24 +132,37 @@ pub fn read_region(
             encoder.copy_buffer_to_buffer(buffer, offset + done, &staging, 0, chunk);
             queue.submit([encoder.finish()]);
         })?;
-        let (sender, receiver) = mpsc::channel();
-        staging.map_async(wgpu::MapMode::Read, 0..chunk, move |result| {
-            let _ = sender.send(result);
-        });
-        device.poll(wgpu::PollType::wait_indefinitely())?;
-        match receiver.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => return Err(TransferError::Map(error.to_string())),
-            Err(_) => return Err(TransferError::Map("the map callback never ran".into())),
-        }
-        {
-            let view = staging
-                .get_mapped_range(0..chunk)
-                .map_err(|e| TransferError::Map(e.to_string()))?;
-            out.extend_from_slice(&view);
-        }
-        staging.unmap();
+        map_read_into(device, &staging, 0..chunk, &mut out)?;
         done += chunk;
     }
     Ok(out)
+}
+
+/// Maps `range` of a `MAP_READ` buffer, appends its bytes to `out`, and unmaps it. Waits
+/// for all submitted work first, so the bytes are those the GPU last wrote. The buffer must
+/// not be in use by commands recorded but not yet submitted.
+pub fn map_read_into(
+    device: &wgpu::Device,
+    buffer: &wgpu::Buffer,
+    range: std::ops::Range<u64>,
+    out: &mut Vec<u8>,
+) -> Result<(), TransferError> {
+    let (sender, receiver) = mpsc::channel();
+    buffer.map_async(wgpu::MapMode::Read, range.clone(), move |result| {
+        let _ = sender.send(result);
+    });
+    device.poll(wgpu::PollType::wait_indefinitely())?;
+    match receiver.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => return Err(TransferError::Map(error.to_string())),
+        Err(_) => return Err(TransferError::Map("the map callback never ran".into())),
+    }
+    {
+        let view = buffer
+            .get_mapped_range(range)
+            .map_err(|e| TransferError::Map(e.to_string()))?;
+        out.extend_from_slice(&view);
+    }
+    buffer.unmap();
+    Ok(())
 }

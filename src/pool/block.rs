@@ -4,6 +4,7 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use super::BindingError;
+use super::Residency;
 use super::shared::PoolShared;
 use crate::engine::{Allocation, BlockId, PoolKind, SegmentId};
 use crate::kernels::Operand;
@@ -17,11 +18,16 @@ pub(crate) struct BlockParts {
     pub offset: u64,
     pub size: u64,
     pub capacity: u64,
+    pub residency: Residency,
+    /// Counts the moves between device and host memory.
+    pub generation: u32,
 }
 
 impl BlockParts {
-    pub fn new(allocation: Allocation, buffer: wgpu::Buffer) -> BlockParts {
+    pub fn new(allocation: Allocation, buffer: wgpu::Buffer, residency: Residency) -> BlockParts {
         BlockParts {
+            residency,
+            generation: 0,
             id: allocation.block,
             buffer,
             segment: allocation.segment,
@@ -84,6 +90,35 @@ impl Block {
         self.parts.segment
     }
 
+    /// Whether the block is in device or host memory.
+    pub fn residency(&self) -> Residency {
+        self.parts.residency
+    }
+
+    /// Starts at 0 and grows by one each time [`Pool::offload`](super::Pool::offload) or
+    /// [`Pool::prefetch`](super::Pool::prefetch) moves the block. `buffer()` and `offset()`
+    /// change only with it, so bind groups built at an older generation must be rebuilt.
+    pub fn generation(&self) -> u32 {
+        self.parts.generation
+    }
+
+    /// Replaces where the block is, after a move, counts a generation, and returns the old
+    /// place for the caller to free.
+    pub(super) fn relocate(&mut self, mut parts: BlockParts) -> BlockParts {
+        parts.generation = self.parts.generation.wrapping_add(1);
+        std::mem::replace(&mut *self.parts, parts)
+    }
+
+    /// The pool state the block belongs to.
+    pub(super) fn shared(&self) -> &Arc<PoolShared> {
+        &self.shared
+    }
+
+    /// Everything but the pool handle.
+    pub(super) fn parts(&self) -> &BlockParts {
+        &self.parts
+    }
+
     /// The engine's id of the block.
     pub fn id(&self) -> BlockId {
         self.parts.id
@@ -112,6 +147,12 @@ impl Block {
         size: u64,
     ) -> Result<wgpu::BufferBinding<'_>, BindingError> {
         let limits = &self.shared.limits;
+        if self.parts.residency == Residency::Host && !self.shared.host_bindable {
+            return Err(BindingError::NotBindable {
+                reason: "the block is offloaded to host staging memory, and this adapter lacks \
+                         MAPPABLE_PRIMARY_BUFFERS, so kernels cannot bind it there; prefetch it first",
+            });
+        }
         if start
             .checked_add(size)
             .is_none_or(|end| end > self.parts.capacity)

@@ -56,6 +56,12 @@ pub enum BindingError {
         /// The block's capacity.
         capacity: u64,
     },
+    /// The block is where no binding can reach it.
+    #[error("the block cannot be bound: {reason}")]
+    NotBindable {
+        /// Why, and what to do.
+        reason: &'static str,
+    },
     /// A window start that the device cannot bind.
     #[error(
         "binding range offset {offset} is not a multiple of the device's offset alignment {alignment}"
@@ -66,4 +72,16 @@ pub enum BindingError {
         /// The alignment required.
         alignment: u64,
     },
+}
+
+/// Why a block could not be moved between device and host memory. The block is unchanged:
+/// still where it was, with its contents and generation.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum MoveError {
+    /// No memory for the block's new home.
+    #[error("cannot move the block: {0}")]
+    Alloc(#[from] crate::engine::AllocError),
+    /// The copy failed.
+    #[error("cannot move the block: {0}")]
+    Copy(String),
 }

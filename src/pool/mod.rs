@@ -36,6 +36,9 @@ mod block;
 mod device_memory;
 mod device_segments;
 mod error;
+mod host_tier;
+mod movement;
+mod residency;
 mod reuse_cache;
 mod shared;
 
@@ -43,12 +46,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use block::Block;
-pub use error::{BindingError, PoolError};
+pub use error::{BindingError, MoveError, PoolError};
+pub use host_tier::{BINDABLE_HOST_USAGE, STAGING_HOST_USAGE};
+pub use residency::Residency;
 
-use crate::config::Config;
+use crate::config::{Config, Overflow};
 use crate::engine::{AllocError, Engine, EngineLimits, MemoryStats, SegmentSnapshot};
 use crate::gpu::GpuContext;
-use crate::gpu::transfer::{TransferError, read_region, write_region};
+use crate::gpu::transfer::{TransferError, map_read_into, read_region, write_region};
 use block::BlockParts;
 use device_segments::DeviceSegments;
 use reuse_cache::ReuseCache;
@@ -167,15 +172,23 @@ impl Pool {
         };
         let reuse = ReuseCache::new(config.max_split_size.unwrap_or(u64::MAX));
         let engine = Engine::new(config, engine_limits).map_err(PoolError::Config)?;
-        let segments = DeviceSegments::new(device.clone(), usage, options.label);
+        let segments = DeviceSegments::new(device.clone(), usage, options.label.clone());
         Ok(Pool {
             shared: Arc::new(PoolShared {
                 device: device.clone(),
                 queue: queue.clone(),
                 limits: binding,
-                state: Mutex::new(PoolState { engine, segments }),
+                state: Mutex::new(PoolState {
+                    engine,
+                    segments,
+                    host: None,
+                }),
                 reuse,
                 handles: AtomicUsize::new(1),
+                host_bindable: device
+                    .features()
+                    .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS),
+                label: options.label,
             }),
         })
     }
@@ -199,14 +212,76 @@ impl Pool {
 
     fn alloc_through_engine(&self, size: u64) -> Result<Block, AllocError> {
         let mut state = self.shared.lock_flushed();
-        let PoolState { engine, segments } = &mut *state;
-        let allocation = engine.allocate(size, 0, segments)?;
-        let buffer = segments.buffer(allocation.segment).clone();
+        let PoolState {
+            engine, segments, ..
+        } = &mut *state;
+        let (allocation, residency) = match engine.allocate(size, 0, segments) {
+            Ok(allocation) => (allocation, Residency::Device),
+            Err(AllocError::OutOfMemory(oom)) if engine.config().overflow == Overflow::Host => (
+                self.overflow_to_host(&mut state, size, oom)?,
+                Residency::Host,
+            ),
+            Err(error) => return Err(error),
+        };
+        let buffer = match residency {
+            Residency::Device => state.segments.buffer(allocation.segment),
+            Residency::Host => state
+                .host
+                .as_ref()
+                .expect("overflow made the host tier")
+                .segments
+                .buffer(allocation.segment),
+        }
+        .clone();
         drop(state);
         Ok(Block::new(
             self.shared.clone(),
-            BlockParts::new(allocation, buffer),
+            BlockParts::new(allocation, buffer, residency),
         ))
+    }
+
+    /// Serves a request the device could not from host memory (`overflow:host`). If host
+    /// memory fails too, the device's out-of-memory error comes back, saying how much went to
+    /// host memory.
+    fn overflow_to_host(
+        &self,
+        state: &mut PoolState,
+        size: u64,
+        mut oom: crate::engine::OutOfMemory,
+    ) -> Result<crate::engine::Allocation, AllocError> {
+        let host = match self.shared.host_tier(state) {
+            Ok(host) => host,
+            Err(error) => {
+                oom.cause = crate::engine::OomCause::Device(format!(
+                    "{}; host overflow unavailable: {error}",
+                    oom.cause
+                ));
+                return Err(AllocError::OutOfMemory(oom));
+            }
+        };
+        match host.engine.allocate(size, 0, &mut host.segments) {
+            Ok(allocation) => Ok(allocation),
+            Err(AllocError::OutOfMemory(host_oom)) => {
+                oom.host_overflow = Some(host.engine.memory_stats().allocated_bytes.all.current);
+                oom.cause = crate::engine::OomCause::Device(format!(
+                    "host memory refused the overflow too: {}",
+                    host_oom.cause
+                ));
+                Err(AllocError::OutOfMemory(oom))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Statistics of host-resident memory (overflow and offloaded blocks), kept apart from the
+    /// device statistics of [`memory_stats`](Pool::memory_stats). `None` until the pool first
+    /// uses host memory.
+    pub fn host_memory_stats(&self) -> Option<MemoryStats> {
+        self.shared
+            .lock_flushed()
+            .host
+            .as_ref()
+            .map(|host| host.engine.memory_stats())
     }
 
     /// A copy of the statistics, with PyTorch's keys and meanings.
@@ -220,8 +295,16 @@ impl Pool {
     }
 
     /// The statistics as a text table.
+    ///
+    /// With host memory in use, a second table follows for the host-resident blocks.
     pub fn memory_summary(&self) -> String {
-        self.shared.lock_flushed().engine.memory_summary()
+        let state = self.shared.lock_flushed();
+        let mut out = state.engine.memory_summary();
+        if let Some(host) = &state.host {
+            out.push_str("host-resident memory (overflow and offloaded blocks):\n");
+            out.push_str(&host.engine.memory_summary());
+        }
+        out
     }
 
     /// The segments and their blocks.
@@ -233,8 +316,15 @@ impl Pool {
     /// by their total size.
     pub fn empty_cache(&self) {
         let mut state = self.shared.lock_flushed();
-        let PoolState { engine, segments } = &mut *state;
+        let PoolState {
+            engine,
+            segments,
+            host,
+        } = &mut *state;
         engine.empty_cache(segments);
+        if let Some(host) = host {
+            host.engine.empty_cache(&mut host.segments);
+        }
     }
 
     /// Checks the engine's invariants (statistics equal a recount, blocks tile their
@@ -242,24 +332,9 @@ impl Pool {
     /// debugging an application; it walks every block.
     pub fn check_consistency(&self) -> Result<(), String> {
         let state = self.shared.lock_flushed();
-        state.engine.check_invariants()?;
-        for segment in state.engine.snapshot() {
-            let buffer = state.segments.buffer(segment.id);
-            if buffer.size() != segment.size {
-                return Err(format!(
-                    "segment {} has {} bytes but its buffer {}",
-                    segment.id.0,
-                    segment.size,
-                    buffer.size()
-                ));
-            }
-        }
-        let live = state.segments.live_buffers();
-        let segments = state.engine.memory_stats().segment.all.current as usize;
-        if live != segments {
-            return Err(format!(
-                "{live} segment buffers exist for {segments} segments"
-            ));
+        check_tier(&state.engine, &state.segments)?;
+        if let Some(host) = &state.host {
+            check_tier(&host.engine, &host.segments).map_err(|e| format!("host memory: {e}"))?;
         }
         Ok(())
     }
@@ -268,7 +343,6 @@ impl Pool {
     pub fn memory_cap(&self) -> Option<u64> {
         self.shared.lock().engine.memory_cap()
     }
-
     /// The configuration the pool runs.
     pub fn config(&self) -> Config {
         self.shared.lock().engine.config().clone()
@@ -327,6 +401,18 @@ impl Pool {
     /// The block's `size()` bytes, after all work submitted so far. Blocks until the data
     /// is on the host.
     pub fn read(&self, block: &Block) -> Result<Vec<u8>, TransferError> {
+        if !block
+            .buffer()
+            .usage()
+            .contains(wgpu::BufferUsages::COPY_SRC)
+        {
+            // A host block without MAPPABLE_PRIMARY_BUFFERS: its buffer is its own, mappable.
+            let mut data = Vec::with_capacity(block.bound_size() as usize);
+            let range = block.offset()..block.offset() + block.bound_size();
+            map_read_into(&self.shared.device, block.buffer(), range, &mut data)?;
+            data.truncate(block.size() as usize);
+            return Ok(data);
+        }
         let mut data = read_region(
             &self.shared.device,
             &self.shared.queue,
@@ -347,6 +433,28 @@ impl std::fmt::Debug for Pool {
             .field("reserved_bytes", &stats.reserved_bytes.all.current)
             .finish()
     }
+}
+
+/// Checks one engine's invariants and that every segment has a buffer of its size.
+fn check_tier(engine: &Engine, segments: &DeviceSegments) -> Result<(), String> {
+    engine.check_invariants()?;
+    for segment in engine.snapshot() {
+        let buffer = segments.buffer(segment.id);
+        if buffer.size() != segment.size {
+            return Err(format!(
+                "segment {} has {} bytes but its buffer {}",
+                segment.id.0,
+                segment.size,
+                buffer.size()
+            ));
+        }
+    }
+    let live = segments.live_buffers();
+    let count = engine.memory_stats().segment.all.current as usize;
+    if live != count {
+        return Err(format!("{live} segment buffers exist for {count} segments"));
+    }
+    Ok(())
 }
 
 /// The binding limit and offset alignment of a usage set: the strictest among the binding

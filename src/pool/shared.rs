@@ -3,8 +3,11 @@
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::Residency;
 use super::block::BlockParts;
 use super::device_segments::DeviceSegments;
+use super::error::PoolError;
+use super::host_tier::HostTier;
 use super::reuse_cache::ReuseCache;
 use crate::engine::{Engine, PoolKind};
 
@@ -22,6 +25,8 @@ pub(crate) struct BindingLimits {
 pub(crate) struct PoolState {
     pub engine: Engine,
     pub segments: DeviceSegments,
+    /// Host-resident segments, made on first overflow or offload.
+    pub host: Option<HostTier>,
 }
 
 /// Everything behind a [`Pool`](super::Pool) handle and its [`Block`](super::Block)s.
@@ -33,6 +38,10 @@ pub(crate) struct PoolShared {
     pub reuse: ReuseCache,
     /// Live `Pool` handles; blocks are parked for reuse only while one exists.
     pub handles: AtomicUsize,
+    /// Whether host-resident blocks can be bound (`MAPPABLE_PRIMARY_BUFFERS`).
+    pub host_bindable: bool,
+    /// Label prefix of segment buffers.
+    pub label: String,
 }
 
 impl PoolShared {
@@ -48,6 +57,11 @@ impl PoolShared {
     /// Takes a dropped block and its handle's pool reference: into the reuse cache, or back
     /// to the engine.
     pub fn release(shared: Arc<PoolShared>, parts: BlockParts) {
+        if parts.residency == Residency::Host {
+            let mut state = shared.lock();
+            free_to_engine(&mut state, parts);
+            return;
+        }
         let this: *const PoolShared = Arc::as_ptr(&shared);
         // SAFETY: `this` points into the allocation `shared` keeps alive. The reference moves
         // into the cache, which lives in that same allocation, or comes back to us; either way
@@ -91,9 +105,30 @@ impl PoolShared {
     }
 }
 
-fn free_to_engine(state: &mut PoolState, parts: BlockParts) {
-    let PoolState { engine, segments } = state;
-    // A block is freed exactly once, when its handle is dropped, so its id is live.
-    let freed = engine.free(parts.id, segments);
+impl PoolShared {
+    /// The host tier, made now if this is its first use.
+    pub fn host_tier<'a>(&self, state: &'a mut PoolState) -> Result<&'a mut HostTier, PoolError> {
+        if state.host.is_none() {
+            state.host = Some(HostTier::new(
+                &self.device,
+                state.engine.config(),
+                &self.label,
+            )?);
+        }
+        Ok(state.host.as_mut().expect("just made"))
+    }
+}
+
+/// Returns a block to the engine that handed it out.
+pub(crate) fn free_to_engine(state: &mut PoolState, parts: BlockParts) {
+    // A block is freed exactly once (when its handle is dropped or after a move), so its id
+    // is live in the engine of its residency.
+    let freed = match parts.residency {
+        Residency::Device => state.engine.free(parts.id, &mut state.segments),
+        Residency::Host => match state.host.as_mut() {
+            Some(host) => host.engine.free(parts.id, &mut host.segments),
+            None => unreachable!("a host block exists only once the host tier does"),
+        },
+    };
     debug_assert!(freed.is_ok(), "{freed:?}");
 }

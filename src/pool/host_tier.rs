@@ -1,0 +1,61 @@
+//! Host-resident segments: where overflow and offloaded blocks live.
+
+use super::device_segments::DeviceSegments;
+use super::error::PoolError;
+use crate::config::{Backend, Config};
+use crate::engine::{Engine, EngineLimits};
+
+/// Usages of host segments where the adapter has `MAPPABLE_PRIMARY_BUFFERS`: `MAP_READ`
+/// without `MAP_WRITE` places the memory in host RAM (DESIGN.md §3), `STORAGE` lets kernels
+/// bind it, and the copy usages move blocks in and out by DMA.
+pub const BINDABLE_HOST_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ
+    .union(wgpu::BufferUsages::COPY_DST)
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::STORAGE);
+
+/// Usages of host segments elsewhere: a mappable buffer may then only be a copy destination.
+pub const STAGING_HOST_USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
+
+/// The host side of a pool: its own engine over host-resident segment buffers.
+pub(crate) struct HostTier {
+    pub engine: Engine,
+    pub segments: DeviceSegments,
+    /// Whether kernels can bind host blocks and DMA can read them.
+    pub bindable: bool,
+}
+
+impl HostTier {
+    /// A host tier for a pool on `device` configured by `config`. It keeps the pool's
+    /// placement policy but no cap (the cap is on device memory). Without
+    /// `MAPPABLE_PRIMARY_BUFFERS` every host block gets a buffer of its own, so that mapping
+    /// one to read it never blocks GPU use of another.
+    pub fn new(device: &wgpu::Device, config: &Config, label: &str) -> Result<HostTier, PoolError> {
+        let bindable = device
+            .features()
+            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
+        let mut host_config = config.clone();
+        host_config.memory_limit = None;
+        host_config.per_process_memory_fraction = None;
+        host_config.garbage_collection_threshold = None;
+        if !bindable {
+            host_config.backend = Backend::Passthrough;
+        }
+        let limits = EngineLimits {
+            device_memory: None,
+            max_segment_size: device.limits().max_buffer_size,
+        };
+        let engine = Engine::new(host_config, limits).map_err(PoolError::Config)?;
+        let usage = if bindable {
+            BINDABLE_HOST_USAGE
+        } else {
+            STAGING_HOST_USAGE
+        };
+        let segments = DeviceSegments::new(device.clone(), usage, format!("{label} host"));
+        Ok(HostTier {
+            engine,
+            segments,
+            bindable,
+        })
+    }
+}

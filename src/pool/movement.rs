@@ -1,0 +1,128 @@
+//! Moving blocks between device and host memory: `offload` and `prefetch`.
+
+use std::sync::Arc;
+
+use super::block::BlockParts;
+use super::error::MoveError;
+use super::shared::{PoolShared, PoolState, free_to_engine};
+use super::{Block, Pool, Residency};
+use crate::engine::AllocError;
+use crate::gpu::scope::catch;
+use crate::gpu::transfer::write_region;
+
+impl Pool {
+    /// Moves `block` into host memory, keeping its contents, and frees its device memory.
+    ///
+    /// Work submitted before the call sees the block where it was; work submitted after sees
+    /// it in host memory. The block's [`generation`](Block::generation) grows by one, and
+    /// `buffer()`/`offset()` change: rebuild bind groups that use it. A block already in host
+    /// memory is left alone. On error the block is unchanged.
+    pub fn offload(&self, block: &mut Block) -> Result<(), MoveError> {
+        self.check_owner(block)?;
+        if block.residency() == Residency::Host {
+            return Ok(());
+        }
+        let mut state = self.shared.lock_flushed();
+        let host = self
+            .shared
+            .host_tier(&mut state)
+            .map_err(|e| MoveError::Copy(e.to_string()))?;
+        let allocation = host.engine.allocate(block.size(), 0, &mut host.segments)?;
+        let buffer = host.segments.buffer(allocation.segment).clone();
+        let target = BlockParts::new(allocation, buffer, Residency::Host);
+        if let Err(error) = self.dma(block.parts(), &target) {
+            free_to_engine(&mut state, target);
+            return Err(error);
+        }
+        let old = block.relocate(target);
+        // The copy is submitted; later users of the device memory come after it in the queue.
+        free_to_engine(&mut state, old);
+        Ok(())
+    }
+
+    /// Moves `block` back into device memory, keeping its contents, and frees its host memory.
+    ///
+    /// Fails with [`MoveError::Alloc`] when the device has no room (the cap, or device
+    /// out-of-memory after the engine's retry chain); the block then stays in host memory.
+    /// Ordering and generations as for [`offload`](Pool::offload).
+    pub fn prefetch(&self, block: &mut Block) -> Result<(), MoveError> {
+        self.check_owner(block)?;
+        if block.residency() == Residency::Device {
+            return Ok(());
+        }
+        let mut state = self.shared.lock_flushed();
+        let allocation = {
+            let PoolState {
+                engine,
+                segments,
+                host,
+            } = &mut *state;
+            engine
+                .allocate(block.size(), 0, segments)
+                .map_err(|error| match error {
+                    AllocError::OutOfMemory(mut oom) => {
+                        oom.host_overflow = host
+                            .as_ref()
+                            .map(|h| h.engine.memory_stats().allocated_bytes.all.current);
+                        MoveError::Alloc(AllocError::OutOfMemory(oom))
+                    }
+                    other => MoveError::Alloc(other),
+                })?
+        };
+        let buffer = state.segments.buffer(allocation.segment).clone();
+        let target = BlockParts::new(allocation, buffer, Residency::Device);
+        let bindable = state.host.as_ref().is_some_and(|h| h.bindable);
+        let copied = if bindable {
+            self.dma(block.parts(), &target)
+        } else {
+            self.copy_through_cpu(block, &target)
+        };
+        if let Err(error) = copied {
+            free_to_engine(&mut state, target);
+            return Err(error);
+        }
+        let old = block.relocate(target);
+        free_to_engine(&mut state, old);
+        Ok(())
+    }
+
+    fn check_owner(&self, block: &Block) -> Result<(), MoveError> {
+        if Arc::ptr_eq(block.shared(), &self.shared) {
+            Ok(())
+        } else {
+            Err(MoveError::Copy("the block belongs to another pool".into()))
+        }
+    }
+
+    /// Copies the block's bytes from `from` to `to` with `copy_buffer_to_buffer`.
+    fn dma(&self, from: &BlockParts, to: &BlockParts) -> Result<(), MoveError> {
+        let bytes = from.size.div_ceil(4) * 4;
+        let PoolShared { device, queue, .. } = &*self.shared;
+        catch(device, || {
+            let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("wgpool move"),
+            });
+            encoder.copy_buffer_to_buffer(&from.buffer, from.offset, &to.buffer, to.offset, bytes);
+            queue.submit([encoder.finish()]);
+        })
+        .map_err(|e| MoveError::Copy(e.to_string()))
+    }
+
+    /// Copies a host block that no copy can read (no `MAPPABLE_PRIMARY_BUFFERS`) by mapping
+    /// it, then writing the bytes to `to`.
+    fn copy_through_cpu(&self, block: &Block, to: &BlockParts) -> Result<(), MoveError> {
+        let bytes = self
+            .read(block)
+            .map_err(|e| MoveError::Copy(e.to_string()))?;
+        let mut padded = bytes;
+        padded.resize(block.bound_size() as usize, 0);
+        write_region(
+            &self.shared.device,
+            &self.shared.queue,
+            &to.buffer,
+            to.offset,
+            &padded,
+        )
+        .map_err(|e| MoveError::Copy(e.to_string()))
+    }
+}
