@@ -14,3 +14,8 @@ pub mod gpu;
 pub mod kernels;
 pub mod pool;
 pub mod trace;
+
+/// The README's Rust examples, compiled as doc tests so that they cannot rot.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
