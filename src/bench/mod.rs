@@ -14,7 +14,7 @@
 //! let ctx = GpuContext::headless(&HeadlessOptions::default())?;
 //! let config = BenchConfig {
 //!     size_bytes: 8 << 20,
-//!     counts: RunCounts { warmup: 2, timed: 10 },
+//!     counts: RunCounts::new(2, 10),
 //!     force_wall: false,
 //!     seed: 1,
 //!     kernels: None,
@@ -25,6 +25,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod alloc_latency;
 mod error;
 pub mod half;
 pub mod placement;

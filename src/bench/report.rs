@@ -17,6 +17,8 @@ pub struct BenchReport {
     pub size_bytes: u64,
     /// Untimed runs before each measurement.
     pub warmup_runs: u32,
+    /// Least warm-up time before each measurement, in milliseconds.
+    pub min_warmup_ms: u64,
     /// Timed runs per measurement; figures are medians over these.
     pub timed_runs: u32,
     /// Seed of the random inputs (pass `--seed` to repeat a run's data).

@@ -162,6 +162,7 @@ pub fn run_bench(
         timing,
         size_bytes: config.size_bytes,
         warmup_runs: config.counts.warmup,
+        min_warmup_ms: config.counts.min_warmup.as_millis() as u64,
         timed_runs: config.counts.timed,
         seed: config.seed,
         copy_peak_gbps: peak,

@@ -17,11 +17,12 @@ pub fn render(report: &BenchReport) -> String {
     );
     let _ = writeln!(
         out,
-        "operands  {} each; timing: {}; median of {} runs after {} warm-up; seed {:#x}",
+        "operands  {} each; timing: {}; median of {} runs after {} warm-up runs and >= {} ms; seed {:#x}",
         bytes(report.size_bytes),
         report.timing.as_str(),
         report.timed_runs,
         report.warmup_runs,
+        report.min_warmup_ms,
         report.seed
     );
     let _ = writeln!(

@@ -34,6 +34,11 @@ pub struct BenchArgs {
     /// Untimed warm-up runs before each measurement (default: 2 with --quick, else 3).
     #[arg(long, value_name = "N")]
     warmup: Option<u32>,
+    /// Warm up for at least this many milliseconds of back-to-back runs before each
+    /// measurement, so the GPU's clocks are up (default: 50 on CPU devices; on GPUs 1000,
+    /// or 500 with --quick: an H200 that idled needs about a second to reach full clocks).
+    #[arg(long, value_name = "MS")]
+    warmup_ms: Option<u64>,
     /// Time with the wall clock even where GPU timestamps exist.
     #[arg(long)]
     wall: bool,
@@ -111,7 +116,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     } else {
         1024
     });
-    let size_bytes = size_mb.checked_mul(1 << 20).unwrap_or(u64::MAX);
+    let size_bytes = size_mb.saturating_mul(1 << 20);
     // The same-buffer move needs two operands and 1.5 KiB of gaps in one buffer.
     let max_mb = (ctx.limits().max_buffer_size.saturating_sub(1536) / 2) >> 20;
     if size_mb > max_mb {
@@ -125,10 +130,20 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     });
+    let min_warmup_ms =
+        args.warmup_ms
+            .unwrap_or(if ctx.info().device_type == wgpu::DeviceType::Cpu {
+                50
+            } else if args.quick {
+                500
+            } else {
+                1000
+            });
     let config = BenchConfig {
         size_bytes,
         counts: RunCounts {
             warmup: args.warmup.unwrap_or(if args.quick { 2 } else { 3 }),
+            min_warmup: std::time::Duration::from_millis(min_warmup_ms),
             timed: runs,
         },
         force_wall: args.wall,

@@ -2,7 +2,7 @@
 //! wait) otherwise; warm-up runs, then the median of the timed runs.
 
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -85,8 +85,23 @@ pub fn median(samples: &[f64]) -> f64 {
 pub struct RunCounts {
     /// Untimed runs first (pipeline compilation, caches, clocks).
     pub warmup: u32,
+    /// Keep warming up until at least this much wall time has passed, so that a GPU that
+    /// idled (and lowered its clocks) is back at speed; `Duration::ZERO` for count only.
+    /// On an H200 about a second of sustained load is needed after the GPU idled.
+    pub min_warmup: Duration,
     /// Timed runs; the median is taken over these. At least 1.
     pub timed: u32,
+}
+
+impl RunCounts {
+    /// `warmup` runs and `timed` runs, with no minimum warm-up time.
+    pub fn new(warmup: u32, timed: u32) -> RunCounts {
+        RunCounts {
+            warmup,
+            min_warmup: Duration::ZERO,
+            timed,
+        }
+    }
 }
 
 /// Why a measurement failed.
@@ -168,7 +183,7 @@ impl Timer {
         if counts.timed == 0 {
             return Err(TimingError::NoRuns);
         }
-        self.warm_up(counts.warmup, |encoder| record(encoder, None))?;
+        self.warm_up(counts, |encoder| record(encoder, None))?;
         if self.pass_timestamps {
             let samples = self.timestamped(counts.timed, |encoder, query_set, index| {
                 record(
@@ -197,7 +212,7 @@ impl Timer {
         if counts.timed == 0 {
             return Err(TimingError::NoRuns);
         }
-        self.warm_up(counts.warmup, &mut record)?;
+        self.warm_up(counts, &mut record)?;
         if self.encoder_timestamps {
             let samples = self.timestamped(counts.timed, |encoder, query_set, index| {
                 encoder.write_timestamp(query_set, index);
@@ -211,19 +226,33 @@ impl Timer {
         self.wall(counts.timed, record)
     }
 
+    /// Runs the work untimed until both `counts.warmup` runs and `counts.min_warmup` of wall
+    /// time are done. The next run is submitted before the previous one is waited for, so the
+    /// GPU stays busy: clock governors (NVIDIA's drops an idle H200 to about 400 MHz, which
+    /// halves memory bandwidth) only raise the clocks under sustained load.
     fn warm_up(
         &self,
-        runs: u32,
+        counts: RunCounts,
         mut record: impl FnMut(&mut wgpu::CommandEncoder),
     ) -> Result<(), TimingError> {
-        for _ in 0..runs {
-            catch(&self.device, || {
+        let start = Instant::now();
+        let mut runs = 0u32;
+        let mut in_flight: Option<wgpu::SubmissionIndex> = None;
+        while runs < counts.warmup || start.elapsed() < counts.min_warmup {
+            runs += 1;
+            let submitted = catch(&self.device, || {
                 let mut encoder = self.device.create_command_encoder(&Default::default());
                 record(&mut encoder);
-                self.queue.submit([encoder.finish()]);
+                self.queue.submit([encoder.finish()])
             })?;
-            self.device.poll(wgpu::PollType::wait_indefinitely())?;
+            if let Some(previous) = in_flight.replace(submitted) {
+                self.device.poll(wgpu::PollType::Wait {
+                    submission_index: Some(previous),
+                    timeout: None,
+                })?;
+            }
         }
+        self.device.poll(wgpu::PollType::wait_indefinitely())?;
         Ok(())
     }
 
