@@ -47,7 +47,11 @@ impl Engine {
                     offset: b.offset,
                     size: b.size,
                     allocated: b.allocated,
-                    requested: if b.allocated { b.requested } else { 0 },
+                    requested: if b.allocated {
+                        self.cold[cursor as usize].requested
+                    } else {
+                        0
+                    },
                 });
                 cursor = b.next;
             }
@@ -80,7 +84,6 @@ impl Engine {
             let mut expected_offset = 0;
             let mut previous_free = false;
             let split = segment.blocks.len() > 1;
-            let mut live = 0u32;
             for b in &segment.blocks {
                 if b.offset != expected_offset {
                     return Err(format!(
@@ -96,7 +99,6 @@ impl Engine {
                 }
                 expected_offset += b.size;
                 if b.allocated {
-                    live += 1;
                     previous_free = false;
                     counted.allocation.increase(pool, 1);
                     counted.active.increase(pool, 1);
@@ -127,11 +129,24 @@ impl Engine {
                     segment.id, expected_offset, segment.size
                 ));
             }
-            if live != s.live_blocks {
-                return Err(format!(
-                    "segment {:?}: {} live blocks but counter says {}",
-                    segment.id, live, s.live_blocks
-                ));
+            let mut cursor = s.head;
+            let mut previous = super::NONE;
+            while cursor != super::NONE {
+                let b = &self.blocks[cursor as usize];
+                if !b.in_use || b.segment != segment.id.0 || b.prev != previous {
+                    return Err(format!(
+                        "segment {:?}: block {cursor} is not linked into it",
+                        segment.id
+                    ));
+                }
+                if (b.pool, b.stream, b.base) != (s.pool, s.stream, s.base) {
+                    return Err(format!(
+                        "segment {:?}: block {cursor} has a stale copy of the segment's pool, stream or base",
+                        segment.id
+                    ));
+                }
+                previous = cursor;
+                cursor = b.next;
             }
         }
         for pool in [PoolKind::Small, PoolKind::Large] {

@@ -107,23 +107,34 @@ pub(crate) struct SegmentRecord {
     pub base: u64,
     /// First block (lowest offset).
     pub head: u32,
-    /// Live blocks in the segment.
-    pub live_blocks: u32,
     /// Whether the slot holds a segment.
     pub in_use: bool,
 }
 
+/// What every allocation and free touches of a block; 48 bytes, so that the records of
+/// neighbouring blocks share cache lines. The segment's pool, stream and base are copied in,
+/// so that frees need not read the segment.
 #[derive(Debug, Clone)]
 pub(crate) struct BlockRecord {
-    pub generation: u32,
-    pub segment: u32,
     pub offset: u64,
     pub size: u64,
-    pub requested: u64,
+    /// The segment's virtual address.
+    pub base: u64,
+    pub generation: u32,
+    pub segment: u32,
     pub prev: u32,
     pub next: u32,
+    pub stream: u32,
+    pub pool: PoolKind,
     pub allocated: bool,
     pub in_use: bool,
+}
+
+/// What only some paths read of a block, kept apart from [`BlockRecord`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct BlockCold {
+    /// The caller's size, while allocated.
+    pub requested: u64,
     /// The pool's search counter when the block was last freed (PyTorch's `gc_count_base`).
     pub gc_base: u64,
     /// The engine's operation clock when the block was last freed.
@@ -139,6 +150,7 @@ pub struct Engine {
     pub(crate) segments: Vec<SegmentRecord>,
     free_segment_slots: Vec<u32>,
     pub(crate) blocks: Vec<BlockRecord>,
+    pub(crate) cold: Vec<BlockCold>,
     free_block_slots: Vec<u32>,
     pub(crate) free_index: [FreeIndex; 2],
     pub(crate) stats: MemoryStats,
@@ -167,6 +179,7 @@ impl Engine {
             segments: Vec::new(),
             free_segment_slots: Vec::new(),
             blocks: Vec::new(),
+            cold: Vec::new(),
             free_block_slots: Vec::new(),
             free_index: [FreeIndex::default(), FreeIndex::default()],
             stats: MemoryStats::default(),
@@ -215,8 +228,8 @@ impl Engine {
             segment: SegmentId(b.segment),
             offset: b.offset,
             size: b.size,
-            requested: b.requested,
-            pool: self.segments[b.segment as usize].pool,
+            requested: self.cold[id.index as usize].requested,
+            pool: b.pool,
         })
     }
 
@@ -285,13 +298,12 @@ impl Engine {
         }
         self.clock += 1;
         let index = id.index;
-        let (segment, size, requested) = {
+        let (pool, size) = {
             let b = &mut self.blocks[index as usize];
             b.allocated = false;
-            (b.segment, b.size, b.requested)
+            (b.pool, b.size)
         };
-        let pool = self.segments[segment as usize].pool;
-        self.segments[segment as usize].live_blocks -= 1;
+        let requested = self.cold[index as usize].requested;
         self.stats.allocation.decrease(pool, 1);
         self.stats.allocated_bytes.decrease(pool, size);
         if self.is_oversize(size) {
@@ -350,11 +362,10 @@ impl Engine {
     #[inline]
     pub(crate) fn key_of(&self, block: u32) -> FreeKey {
         let b = &self.blocks[block as usize];
-        let s = &self.segments[b.segment as usize];
         FreeKey {
-            stream: s.stream,
+            stream: b.stream,
             size: b.size,
-            address: s.base + b.offset,
+            address: b.base + b.offset,
             block,
         }
     }
@@ -418,11 +429,10 @@ impl Engine {
     /// Marks a found free block allocated, splitting off the tail when worthwhile
     /// (PyTorch's `alloc_found_block`).
     fn take_block(&mut self, block: u32, rounded: u64, requested: u64) -> Allocation {
-        let (segment, block_size) = {
+        let (segment, block_size, pool) = {
             let b = &self.blocks[block as usize];
-            (b.segment, b.size)
+            (b.segment, b.size, b.pool)
         };
-        let pool = self.segments[segment as usize].pool;
         let already_split = self.is_split(block);
         let split =
             self.config.backend == Backend::Native && self.should_split(pool, block_size, rounded);
@@ -437,9 +447,8 @@ impl Engine {
                 let r = &mut self.blocks[remainder as usize];
                 r.prev = block;
                 r.next = next;
-                r.gc_base = self.search_count[pool.index()];
-                r.freed_at = self.clock;
             }
+            self.mark_freed(remainder, pool);
             if next != NONE {
                 self.blocks[next as usize].prev = remainder;
             }
@@ -460,14 +469,13 @@ impl Engine {
             self.stats.inactive_split_bytes.decrease(pool, block_size);
             self.stats.inactive_split.decrease(pool, 1);
         }
+        self.cold[block as usize].requested = requested;
         let b = &mut self.blocks[block as usize];
         b.allocated = true;
-        b.requested = requested;
         // A fresh id for every allocation, so a handle kept past its free is refused even
         // when the same record serves the next request.
         b.generation = b.generation.wrapping_add(1);
         let (size, offset, generation) = (b.size, b.offset, b.generation);
-        self.segments[segment as usize].live_blocks += 1;
         self.stats.allocation.increase(pool, 1);
         self.stats.allocated_bytes.increase(pool, size);
         self.stats.active.increase(pool, 1);
@@ -492,7 +500,7 @@ impl Engine {
     /// Merges a just-freed block with its free neighbours, indexes the result, updates the
     /// inactive-split statistics (PyTorch's `free_block`), and returns the merged block.
     fn merge_free_block(&mut self, block: u32) -> u32 {
-        let pool = self.segments[self.blocks[block as usize].segment as usize].pool;
+        let pool = self.blocks[block as usize].pool;
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
         let prev = self.blocks[block as usize].prev;
@@ -520,14 +528,18 @@ impl Engine {
         }
         apply_net(&mut self.stats.inactive_split, pool, net_blocks);
         apply_net(&mut self.stats.inactive_split_bytes, pool, net_bytes);
-        {
-            let b = &mut self.blocks[block as usize];
-            b.gc_base = self.search_count[pool.index()];
-            b.freed_at = self.clock;
-        }
+        self.mark_freed(block, pool);
         let key = self.key_of(block);
         self.free_index[pool.index()].insert(key);
         block
+    }
+
+    /// Records when a block became free: for garbage collection's ages and compact's order.
+    #[inline]
+    fn mark_freed(&mut self, block: u32, pool: PoolKind) {
+        let cold = &mut self.cold[block as usize];
+        cold.gc_base = self.search_count[pool.index()];
+        cold.freed_at = self.clock;
     }
 
     /// Folds `block`'s next neighbour into `block` and frees the neighbour's record.
@@ -547,25 +559,29 @@ impl Engine {
     }
 
     fn new_block_record(&mut self, segment: u32, offset: u64, size: u64) -> u32 {
+        let s = &self.segments[segment as usize];
+        let (pool, stream, base) = (s.pool, s.stream, s.base);
         let record = |generation| BlockRecord {
-            generation,
-            segment,
             offset,
             size,
-            requested: 0,
+            base,
+            generation,
+            segment,
             prev: NONE,
             next: NONE,
+            stream,
+            pool,
             allocated: false,
             in_use: true,
-            gc_base: 0,
-            freed_at: 0,
         };
         if let Some(index) = self.free_block_slots.pop() {
             let generation = self.blocks[index as usize].generation.wrapping_add(1);
             self.blocks[index as usize] = record(generation);
+            self.cold[index as usize] = BlockCold::default();
             index
         } else {
             self.blocks.push(record(0));
+            self.cold.push(BlockCold::default());
             (self.blocks.len() - 1) as u32
         }
     }
@@ -600,7 +616,6 @@ impl Engine {
                     stream,
                     base: 0,
                     head: NONE,
-                    live_blocks: 0,
                     in_use: false,
                 });
                 (self.segments.len() - 1) as u32
@@ -611,16 +626,16 @@ impl Engine {
             return Err(OomCause::Device(message));
         }
         let base = self.next_segment_base(size);
-        let head = self.new_block_record(slot, 0, size);
         self.segments[slot as usize] = SegmentRecord {
             size,
             pool,
             stream,
             base,
-            head,
-            live_blocks: 0,
+            head: NONE,
             in_use: true,
         };
+        let head = self.new_block_record(slot, 0, size);
+        self.segments[slot as usize].head = head;
         self.stats.segment.increase(pool, 1);
         self.stats.reserved_bytes.increase(pool, size);
         self.stats.num_device_alloc += 1;
@@ -656,6 +671,11 @@ impl Engine {
         let mut base = FIRST_BASE;
         for s in live {
             self.segments[s as usize].base = base;
+            let mut cursor = self.segments[s as usize].head;
+            while cursor != NONE {
+                self.blocks[cursor as usize].base = base;
+                cursor = self.blocks[cursor as usize].next;
+            }
             base += self.segments[s as usize].size;
         }
         self.next_base = base;

@@ -71,7 +71,7 @@ impl Engine {
         let mut candidates: Vec<(u32, u64, u64)> = self.free_index[large]
             .iter()
             .filter(|k| !self.is_split(k.block))
-            .map(|k| (k.block, k.size, now - self.blocks[k.block as usize].gc_base))
+            .map(|k| (k.block, k.size, now - self.cold[k.block as usize].gc_base))
             .collect();
         let mut total_age: u64 = candidates.iter().map(|c| c.2).sum();
         let mut reclaimed = 0u64;
