@@ -13,6 +13,7 @@ pub mod format;
 pub mod gpu;
 pub mod kernels;
 pub mod pool;
+pub mod staging;
 pub mod trace;
 
 /// The README's Rust examples, compiled as doc tests so that they cannot rot.

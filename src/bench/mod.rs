@@ -34,6 +34,7 @@ mod report;
 pub mod rng;
 mod run;
 pub mod table;
+pub mod transfers;
 
 pub use error::BenchError;
 pub use placement::{BufferRegion, OperandSet, OperandSource, RawBuffers, SharedBuffers};
