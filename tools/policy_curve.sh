@@ -19,8 +19,8 @@ for conf in policy:pytorch policy:pytorch,max_split_size_mb:128 policy:pytorch,m
   row "$conf"
 done
 for share in 0 0.0625 0.125 0.25 0.5; do
-  for slack in 0.01 0.03 0.05 0.1; do
-    for budget in 0 0.2 1 1000; do
+  for slack in 0.01 0.03 0.06 0.1; do
+    for budget in 0 0.25 1 1000; do
       row "policy:compact,compact_min_share:$share,compact_reserved_slack:$slack,compact_release_budget:$budget"
     done
   done
