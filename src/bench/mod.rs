@@ -1,11 +1,11 @@
-//! `wgpool bench`: kernels on pool-like blocks and on raw buffers, and in-device moves.
+//! `wgpool bench`: kernels on pool blocks (device- and host-resident) and on raw buffers,
+//! in-device moves, allocation latency and host transfers.
 //!
 //! Every kernel result is checked against a CPU reference on fresh random data before it is
 //! timed; a mismatch aborts the run. Figures count bytes read plus bytes written.
 //!
-//! To benchmark the real pool, implement [`OperandSource`] over pool blocks and pass it to
-//! [`run_bench`] alongside (or instead of) the [`default_sources`]; then put allocation
-//! figures into [`BenchReport::alloc`].
+//! Placements are [`OperandSource`]s: [`default_sources`] gives raw buffers and real pool
+//! blocks; any other source can be passed to [`run_bench`] beside them.
 //!
 //! ```no_run
 //! use wgpool::bench::{BenchConfig, default_sources, run_bench, table};
@@ -20,7 +20,7 @@
 //!     kernels: None,
 //!     kernel_options: Default::default(),
 //! };
-//! let report = run_bench(&ctx, &config, &mut default_sources(), &mut |_| {})?;
+//! let report = run_bench(&ctx, &config, &mut default_sources(&ctx)?, &mut |_| {})?;
 //! print!("{}", table::render(&report));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -29,6 +29,7 @@ pub mod alloc_latency;
 mod error;
 pub mod half;
 pub mod placement;
+pub mod pool_placement;
 pub mod reference;
 mod report;
 pub mod rng;
@@ -37,6 +38,7 @@ pub mod table;
 pub mod transfers;
 
 pub use error::BenchError;
-pub use placement::{BufferRegion, OperandSet, OperandSource, RawBuffers, SharedBuffers};
+pub use placement::{BufferRegion, OperandSet, OperandSource, RawBuffers};
+pub use pool_placement::PoolBlocks;
 pub use report::{BenchReport, KernelResult, MoveResult};
 pub use run::{BenchConfig, BenchEvent, default_sources, run_bench};

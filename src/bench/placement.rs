@@ -1,5 +1,5 @@
-//! Where benchmark operands come from: dedicated buffers (`raw`), regions of shared buffers
-//! (`pool`), or, once it exists, the real pool.
+//! Where benchmark operands come from: the [`OperandSource`] trait, and dedicated buffers
+//! (`raw`). Pool blocks are in [`pool_placement`](super::pool_placement).
 
 use std::any::Any;
 
@@ -137,93 +137,6 @@ impl OperandSource for RawBuffers {
                 })
             })
             .collect::<Result<Vec<_>, BenchError>>()?;
-        Ok(OperandSet::new(regions, Box::new(())))
-    }
-}
-
-/// `pool` (a stand-in until the wgpu pool exists): the operands of one set are carved out
-/// of shared buffers like pool blocks out of a segment: the first at byte 512, each next one
-/// 512 bytes after the previous one ends, rounded up to 512. Operands share one buffer while
-/// they fit in `max_buffer_size`; then a new shared buffer begins, again at 512.
-#[derive(Debug, Default)]
-pub struct SharedBuffers;
-
-/// Block granularity of the pool (PyTorch rounds every request to 512 bytes).
-pub const POOL_BLOCK_ALIGNMENT: u64 = 512;
-
-impl SharedBuffers {
-    /// Offsets of `count` operands of `size` bytes, grouped by shared buffer, and each
-    /// buffer's size, for a device whose buffers may be at most `max_buffer_size` bytes.
-    /// `None` if a single operand does not fit.
-    ///
-    /// ```
-    /// use wgpool::bench::placement::SharedBuffers;
-    /// let (groups, sizes) = SharedBuffers::layout(3, 1000, 1 << 20).unwrap();
-    /// assert_eq!(groups, vec![vec![512, 2048, 3584]]);
-    /// assert_eq!(sizes, vec![3584 + 1000 + 512]);
-    /// let (groups, _) = SharedBuffers::layout(3, 1000, 3000).unwrap();
-    /// assert_eq!(groups, vec![vec![512], vec![512], vec![512]]);
-    /// ```
-    pub fn layout(
-        count: usize,
-        size: u64,
-        max_buffer_size: u64,
-    ) -> Option<(Vec<Vec<u64>>, Vec<u64>)> {
-        let footprint = |end: u64| end + POOL_BLOCK_ALIGNMENT; // a trailing block after the last
-        if footprint(POOL_BLOCK_ALIGNMENT + size) > max_buffer_size {
-            return None;
-        }
-        let mut groups: Vec<Vec<u64>> = Vec::new();
-        let mut sizes = Vec::new();
-        let mut end = 0;
-        for _ in 0..count {
-            let next =
-                (end + POOL_BLOCK_ALIGNMENT).div_ceil(POOL_BLOCK_ALIGNMENT) * POOL_BLOCK_ALIGNMENT;
-            match groups.last_mut() {
-                Some(group) if footprint(next + size) <= max_buffer_size => {
-                    group.push(next);
-                    end = next + size;
-                    *sizes.last_mut().expect("one size per group") = footprint(end);
-                }
-                _ => {
-                    groups.push(vec![POOL_BLOCK_ALIGNMENT]);
-                    end = POOL_BLOCK_ALIGNMENT + size;
-                    sizes.push(footprint(end));
-                }
-            }
-        }
-        Some((groups, sizes))
-    }
-}
-
-impl OperandSource for SharedBuffers {
-    fn name(&self) -> &str {
-        "pool"
-    }
-
-    fn allocate(
-        &mut self,
-        ctx: &GpuContext,
-        count: usize,
-        size: u64,
-    ) -> Result<OperandSet, BenchError> {
-        let max = ctx.limits().max_buffer_size;
-        let (groups, sizes) = Self::layout(count, size, max).ok_or_else(|| {
-            BenchError::Config(format!(
-                "an operand of {size} bytes at offset {POOL_BLOCK_ALIGNMENT} does not fit the device's max_buffer_size of {max} bytes; use a smaller --size-mb"
-            ))
-        })?;
-        let mut regions = Vec::with_capacity(count);
-        for (offsets, buffer_size) in groups.iter().zip(sizes) {
-            let buffer = create_operand_buffer(ctx, buffer_size, "shared pool segment")?;
-            for &offset in offsets {
-                regions.push(BufferRegion {
-                    buffer: buffer.clone(),
-                    offset,
-                    size,
-                });
-            }
-        }
         Ok(OperandSet::new(regions, Box::new(())))
     }
 }

@@ -9,9 +9,8 @@ use crate::kernels::{
 };
 
 use super::error::BenchError;
-use super::placement::{
-    OperandSet, OperandSource, RawBuffers, SharedBuffers, create_operand_buffer,
-};
+use super::placement::{OperandSet, OperandSource, RawBuffers, create_operand_buffer};
+use super::pool_placement::PoolBlocks;
 use super::reference::{self, FILL_WORD, PATTERN_SEED, SCALAR};
 use super::report::{BenchReport, KernelResult, MoveResult};
 
@@ -48,9 +47,19 @@ pub enum BenchEvent<'a> {
     },
 }
 
-/// The placements `wgpool bench` compares: [`RawBuffers`] and [`SharedBuffers`].
-pub fn default_sources() -> Vec<Box<dyn OperandSource>> {
-    vec![Box::new(RawBuffers), Box::new(SharedBuffers)]
+/// The placements `wgpool bench` compares: dedicated buffers ([`RawBuffers`], `raw`), real
+/// pool blocks in shared segments ([`PoolBlocks::device`], `pool`), and, where kernels can
+/// bind host memory, pool blocks offloaded to host memory ([`PoolBlocks::host`], `host`).
+pub fn default_sources(ctx: &GpuContext) -> Result<Vec<Box<dyn OperandSource>>, BenchError> {
+    let mut sources: Vec<Box<dyn OperandSource>> =
+        vec![Box::new(RawBuffers), Box::new(PoolBlocks::device(ctx)?)];
+    if ctx
+        .features()
+        .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+    {
+        sources.push(Box::new(PoolBlocks::host(ctx)?));
+    }
+    Ok(sources)
 }
 
 /// Runs the benchmark. Each kernel runs on operands from each source in turn: first on fresh

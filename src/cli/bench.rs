@@ -3,12 +3,17 @@
 
 use std::io::IsTerminal;
 
-use wgpool::bench::{BenchConfig, BenchError, BenchEvent, default_sources, run_bench, table};
+use wgpool::bench::{
+    BenchConfig, BenchError, BenchEvent, alloc_latency, default_sources, run_bench, table,
+};
 use wgpool::gpu::timing::RunCounts;
 use wgpool::gpu::{GpuContext, GpuError, HeadlessOptions};
 use wgpool::kernels::{Kernel, KernelError, KernelOptions};
 
 use super::Failure;
+
+/// Block size of the allocation-latency measurement: a large-pool block.
+const ALLOC_BENCH_BYTES: u64 = 4 << 20;
 
 /// Fewest timed runs a median is taken over.
 const MIN_RUNS: u32 = 10;
@@ -177,7 +182,8 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             }
         }
     };
-    let result = run_bench(&ctx, &config, &mut default_sources(), &mut progress);
+    let result = default_sources(&ctx)
+        .and_then(|mut sources| run_bench(&ctx, &config, &mut sources, &mut progress));
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
@@ -194,6 +200,18 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             exit_code: 1,
         },
     })?;
+    let mut report = report;
+    let alloc = alloc_latency::measure(
+        &ctx,
+        ALLOC_BENCH_BYTES,
+        2000,
+        if args.quick { 11 } else { 31 },
+    )
+    .map_err(|error| Failure {
+        message: format!("allocation latency: {error}"),
+        exit_code: 1,
+    })?;
+    report.alloc = Some(serde_json::to_value(&alloc).expect("alloc report serializes"));
     if args.json {
         println!(
             "{}",
@@ -201,6 +219,14 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         );
     } else {
         print!("{}", table::render(&report));
+        println!(
+            "\nalloc + free of a cached {} block: pool {:.0} ns, create_buffer + drop {:.0} ns ({:.0} ns without the deferred destroy): {:.1}x",
+            wgpool::format::bytes(alloc.size_bytes),
+            alloc.pool_ns,
+            alloc.create_buffer_ns,
+            alloc.create_buffer_without_destroy_ns,
+            alloc.speedup
+        );
     }
     Ok(())
 }
