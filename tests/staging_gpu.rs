@@ -245,6 +245,47 @@ fn staging_buffers_are_reused_not_recreated() {
     assert_eq!(staging.stats().download.buffers_created, created);
 }
 
+#[test]
+fn the_cache_keeps_at_most_max_cached_bytes() {
+    let gpu = context();
+    let pool = pool(&gpu);
+    let staging = StagingPool::from_pool(
+        &pool,
+        StagingOptions {
+            max_cached_bytes: Some(64 << 10),
+            ..small_options()
+        },
+    )
+    .unwrap();
+    // Two user buffers of the 64 KiB class held at once, then both returned: one fits.
+    let first = staging.alloc_staging_buffer(1000).unwrap();
+    let second = staging.alloc_staging_buffer(1000).unwrap();
+    assert_eq!(staging.stats().upload.buffers_created, 2);
+    drop(first);
+    drop(second);
+    let stats = staging.stats();
+    assert_eq!(stats.upload.cached_bytes, 64 << 10, "{stats:?}");
+    assert_eq!(stats.upload.buffers_destroyed, 1, "{stats:?}");
+    assert_eq!(stats.upload.buffers, 1, "{stats:?}");
+    // A download buffer does not fit beside it either.
+    let block = pool.alloc(1000).unwrap();
+    staging.upload(&block, &[1u8; 1000]).unwrap();
+    assert_eq!(staging.download(&block).unwrap(), vec![1u8; 1000]);
+    let stats = staging.stats();
+    assert_eq!(stats.total.cached_bytes, 64 << 10, "{stats:?}");
+    assert_eq!(stats.download.buffers, 0, "{stats:?}");
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<StagingPool>();
+    send_sync::<wgpool::staging::StagingBuffer>();
+    send_sync::<wgpool::staging::ReadbackBuffer>();
+    send_sync::<wgpool::staging::UploadTicket>();
+    send_sync::<wgpool::staging::DownloadTicket>();
+}
+
 /// Keeps the GPU busy for a while, so that the transfers submitted next are still in flight
 /// when the test submits more.
 fn occupy_gpu(gpu: &GpuContext, scratch: &[wgpu::Buffer; 2]) {
@@ -657,6 +698,8 @@ fn the_transfer_benchmark_verifies_and_reports_every_row() {
 
 /// The full benchmark at `WGPOOL_TRANSFER_BYTES` (default 64 MiB), printed as JSON:
 /// `cargo test --release --test staging_gpu -- --ignored --nocapture transfer_report`.
+/// `WGPOOL_STAGING_THREADS`, `WGPOOL_STAGING_CHUNK`, `WGPOOL_STAGING_IN_FLIGHT` and
+/// `WGPOOL_TRANSFER_RUNS` override the staging settings and the timed run count.
 #[test]
 #[ignore = "a benchmark; run it explicitly"]
 fn transfer_report() {
@@ -666,17 +709,18 @@ fn transfer_report() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(64u64 << 20);
     let mut config = TransferBenchConfig::new(size);
-    if let Some(threads) = std::env::var("WGPOOL_STAGING_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        config.staging.threads = threads;
+    let setting = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    if let Some(threads) = setting("WGPOOL_STAGING_THREADS") {
+        config.staging.threads = threads as usize;
     }
-    if let Some(chunk) = std::env::var("WGPOOL_STAGING_CHUNK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
+    if let Some(chunk) = setting("WGPOOL_STAGING_CHUNK") {
         config.staging.chunk_size = chunk;
+    }
+    if let Some(in_flight) = setting("WGPOOL_STAGING_IN_FLIGHT") {
+        config.staging.max_in_flight = in_flight as usize;
+    }
+    if let Some(timed) = setting("WGPOOL_TRANSFER_RUNS") {
+        config.counts.timed = timed as u32;
     }
     let report = measure_transfers(&gpu, &config).unwrap();
     eprintln!("adapter: {} ({:?})", gpu.info().name, gpu.info().backend);
