@@ -32,6 +32,7 @@ pub mod placement;
 pub mod pool_placement;
 pub mod reference;
 mod report;
+pub mod residency_moves;
 pub mod rng;
 mod run;
 pub mod table;

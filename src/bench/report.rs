@@ -32,6 +32,9 @@ pub struct BenchReport {
     pub moves: MoveResult,
     /// Pool allocation latency figures (filled in by the pool benchmark; `null` until then).
     pub alloc: Option<serde_json::Value>,
+    /// Host transfer figures (`--transfers`): the staging pool against wgpu's own paths, and
+    /// offload / prefetch of a pool block; `null` without `--transfers`.
+    pub transfers: Option<serde_json::Value>,
 }
 
 /// One kernel on one placement.

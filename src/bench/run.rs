@@ -178,6 +178,7 @@ pub fn run_bench(
         kernels: rows.into_iter().map(|r| r.result).collect(),
         moves,
         alloc: None,
+        transfers: None,
     })
 }
 

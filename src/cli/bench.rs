@@ -44,6 +44,10 @@ pub struct BenchArgs {
     /// or 500 with --quick: an H200 that idled needs about a second to reach full clocks).
     #[arg(long, value_name = "MS")]
     warmup_ms: Option<u64>,
+    /// Also measure host transfers: staging-pool uploads and downloads against wgpu's own
+    /// paths, and offload / prefetch of a pool block (`transfers` in the JSON).
+    #[arg(long)]
+    transfers: bool,
     /// Time with the wall clock even where GPU timestamps exist.
     #[arg(long)]
     wall: bool,
@@ -212,6 +216,14 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         exit_code: 1,
     })?;
     report.alloc = Some(serde_json::to_value(&alloc).expect("alloc report serializes"));
+    let transfers = if args.transfers {
+        Some(measure_transfers(&ctx, size_bytes, args.quick)?)
+    } else {
+        None
+    };
+    report.transfers = transfers
+        .as_ref()
+        .map(|t| serde_json::to_value(t).expect("transfer report serializes"));
     if args.json {
         println!(
             "{}",
@@ -227,6 +239,65 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             alloc.create_buffer_without_destroy_ns,
             alloc.speedup
         );
+        if let Some(t) = &transfers {
+            print!("{}", transfers_table(t));
+        }
     }
     Ok(())
+}
+
+/// The `--transfers` figures: the staging pool's rows, and offload / prefetch.
+#[derive(serde::Serialize)]
+struct Transfers {
+    #[serde(flatten)]
+    staging: wgpool::bench::transfers::TransferReport,
+    offload_gbps: f64,
+    prefetch_gbps: f64,
+    residency: wgpool::bench::residency_moves::ResidencyMoves,
+}
+
+fn measure_transfers(ctx: &GpuContext, size_bytes: u64, quick: bool) -> Result<Transfers, Failure> {
+    use wgpool::bench::{residency_moves, transfers};
+    let failed = |what: &str, error: &dyn std::fmt::Display| Failure {
+        message: format!("{what}: {error}"),
+        exit_code: 1,
+    };
+    let mut config = transfers::TransferBenchConfig::new(size_bytes);
+    if !quick {
+        config.counts = RunCounts::new(3, 11);
+    }
+    let staging =
+        transfers::measure_transfers(ctx, &config).map_err(|e| failed("transfers", &e))?;
+    let (warmup, runs) = if quick { (1, 5) } else { (2, 11) };
+    let residency = residency_moves::measure(ctx, size_bytes, warmup, runs)
+        .map_err(|e| failed("offload/prefetch", &e))?;
+    Ok(Transfers {
+        offload_gbps: residency.offload_gbps,
+        prefetch_gbps: residency.prefetch_gbps,
+        staging,
+        residency,
+    })
+}
+
+fn transfers_table(t: &Transfers) -> String {
+    let mut out = format!(
+        "\nhost transfers of {} (median of {} runs):\n",
+        wgpool::format::bytes(t.staging.size_bytes),
+        t.staging.timed_runs
+    );
+    for row in &t.staging.rows {
+        out.push_str(&format!(
+            "  {:<34} {:>8.1} GB/s  {}\n",
+            row.name, row.gbps, row.what
+        ));
+    }
+    out.push_str(&format!(
+        "  {:<34} {:>8.1} GB/s  Pool::offload, device to host\n",
+        "offload", t.offload_gbps
+    ));
+    out.push_str(&format!(
+        "  {:<34} {:>8.1} GB/s  Pool::prefetch, host to device\n",
+        "prefetch", t.prefetch_gbps
+    ));
+    out
 }
