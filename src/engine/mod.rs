@@ -190,6 +190,13 @@ impl Engine {
         })
     }
 
+    /// Reserves room for `blocks` block records, so that a caller who knows how many blocks
+    /// it will hold (trace replay) pays no reallocation while it runs.
+    pub fn reserve_blocks(&mut self, blocks: usize) {
+        self.blocks.reserve(blocks);
+        self.cold.reserve(blocks);
+    }
+
     /// The configuration the engine runs.
     pub fn config(&self) -> &Config {
         &self.config
