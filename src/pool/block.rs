@@ -52,12 +52,14 @@ impl BlockParts {
 /// A block never outlives the memory behind it: it keeps the pool's shared state alive.
 pub struct Block {
     shared: ManuallyDrop<Arc<PoolShared>>,
-    parts: ManuallyDrop<BlockParts>,
+    /// Boxed, so that parking a dropped block in the reuse cache and handing it out again
+    /// moves two pointers rather than the whole record.
+    parts: ManuallyDrop<Box<BlockParts>>,
 }
 
 impl Block {
     #[inline]
-    pub(super) fn new(shared: Arc<PoolShared>, parts: BlockParts) -> Block {
+    pub(super) fn new(shared: Arc<PoolShared>, parts: Box<BlockParts>) -> Block {
         Block {
             shared: ManuallyDrop::new(shared),
             parts: ManuallyDrop::new(parts),
@@ -106,7 +108,7 @@ impl Block {
     /// place for the caller to free.
     pub(super) fn relocate(&mut self, mut parts: BlockParts) -> BlockParts {
         parts.generation = self.parts.generation.wrapping_add(1);
-        std::mem::replace(&mut *self.parts, parts)
+        std::mem::replace(&mut **self.parts, parts)
     }
 
     /// The pool state the block belongs to.

@@ -236,7 +236,7 @@ impl Pool {
         drop(state);
         Ok(Block::new(
             self.shared.clone(),
-            BlockParts::new(allocation, buffer, residency),
+            Box::new(BlockParts::new(allocation, buffer, residency)),
         ))
     }
 

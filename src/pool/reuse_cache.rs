@@ -21,7 +21,7 @@ use super::shared::PoolShared;
 
 /// A parked block with the pool reference its handle held, so that parking and reuse move
 /// the reference instead of counting it down and up again.
-pub(crate) type Parked = (Arc<PoolShared>, BlockParts);
+pub(crate) type Parked = (Arc<PoolShared>, Box<BlockParts>);
 
 /// Most blocks the cache holds.
 pub const CAPACITY: usize = 32;

@@ -56,10 +56,10 @@ impl PoolShared {
 
     /// Takes a dropped block and its handle's pool reference: into the reuse cache, or back
     /// to the engine.
-    pub fn release(shared: Arc<PoolShared>, parts: BlockParts) {
+    pub fn release(shared: Arc<PoolShared>, parts: Box<BlockParts>) {
         if parts.residency == Residency::Host {
             let mut state = shared.lock();
-            free_to_engine(&mut state, parts);
+            free_to_engine(&mut state, *parts);
             return;
         }
         let this: *const PoolShared = Arc::as_ptr(&shared);
@@ -70,7 +70,7 @@ impl PoolShared {
         let handles = unsafe { &(*this).handles };
         if let Err((shared, parts)) = cache.park((shared, parts), handles) {
             let mut state = shared.lock();
-            free_to_engine(&mut state, parts);
+            free_to_engine(&mut state, *parts);
         }
     }
 
@@ -99,7 +99,7 @@ impl PoolShared {
         // Dropping the parked blocks' pool references here is safe: the caller reached `self`
         // through a reference of its own, so none of these is the last one.
         for (_reference, parts) in parked {
-            free_to_engine(&mut state, parts);
+            free_to_engine(&mut state, *parts);
         }
         state
     }
