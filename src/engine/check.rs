@@ -48,7 +48,7 @@ impl Engine {
                     size: b.size,
                     allocated: b.allocated,
                     requested: if b.allocated {
-                        self.cold[cursor as usize].requested
+                        self.blocks[cursor as usize].requested
                     } else {
                         0
                     },

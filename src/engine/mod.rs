@@ -111,15 +111,19 @@ pub(crate) struct SegmentRecord {
     pub in_use: bool,
 }
 
-/// What every allocation and free touches of a block; 48 bytes, so that the records of
-/// neighbouring blocks share cache lines. The segment's pool, stream and base are copied in,
-/// so that frees need not read the segment.
+/// What every allocation and free touches of a block: one 64-byte cache line. The segment's
+/// pool, stream and base are copied in, so that frees need not read the segment.
 #[derive(Debug, Clone)]
+#[repr(C, align(64))]
 pub(crate) struct BlockRecord {
     pub offset: u64,
     pub size: u64,
     /// The segment's virtual address.
     pub base: u64,
+    /// The caller's size, while allocated.
+    pub requested: u64,
+    /// The engine's operation clock when the block was last freed.
+    pub freed_at: u64,
     pub generation: u32,
     pub segment: u32,
     pub prev: u32,
@@ -130,15 +134,12 @@ pub(crate) struct BlockRecord {
     pub in_use: bool,
 }
 
-/// What only some paths read of a block, kept apart from [`BlockRecord`].
+/// What only garbage collection reads of a block, kept apart from [`BlockRecord`] and
+/// written only while garbage collection is active.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct BlockCold {
-    /// The caller's size, while allocated.
-    pub requested: u64,
     /// The pool's search counter when the block was last freed (PyTorch's `gc_count_base`).
     pub gc_base: u64,
-    /// The engine's operation clock when the block was last freed.
-    pub freed_at: u64,
 }
 
 /// The placement engine. See the [module documentation](self).
@@ -235,7 +236,7 @@ impl Engine {
             segment: SegmentId(b.segment),
             offset: b.offset,
             size: b.size,
-            requested: self.cold[id.index as usize].requested,
+            requested: b.requested,
             pool: b.pool,
         })
     }
@@ -305,12 +306,11 @@ impl Engine {
         }
         self.clock += 1;
         let index = id.index;
-        let (pool, size) = {
+        let (pool, size, requested) = {
             let b = &mut self.blocks[index as usize];
             b.allocated = false;
-            (b.pool, b.size)
+            (b.pool, b.size, b.requested)
         };
-        let requested = self.cold[index as usize].requested;
         self.stats.allocation.decrease(pool, 1);
         self.stats.allocated_bytes.decrease(pool, size);
         if self.is_oversize(size) {
@@ -476,9 +476,9 @@ impl Engine {
             self.stats.inactive_split_bytes.decrease(pool, block_size);
             self.stats.inactive_split.decrease(pool, 1);
         }
-        self.cold[block as usize].requested = requested;
         let b = &mut self.blocks[block as usize];
         b.allocated = true;
+        b.requested = requested;
         // A fresh id for every allocation, so a handle kept past its free is refused even
         // when the same record serves the next request.
         b.generation = b.generation.wrapping_add(1);
@@ -544,9 +544,10 @@ impl Engine {
     /// Records when a block became free: for garbage collection's ages and compact's order.
     #[inline]
     fn mark_freed(&mut self, block: u32, pool: PoolKind) {
-        let cold = &mut self.cold[block as usize];
-        cold.gc_base = self.search_count[pool.index()];
-        cold.freed_at = self.clock;
+        self.blocks[block as usize].freed_at = self.clock;
+        if self.gc_active() {
+            self.cold[block as usize].gc_base = self.search_count[pool.index()];
+        }
     }
 
     /// Folds `block`'s next neighbour into `block` and frees the neighbour's record.
@@ -572,6 +573,8 @@ impl Engine {
             offset,
             size,
             base,
+            requested: 0,
+            freed_at: 0,
             generation,
             segment,
             prev: NONE,
