@@ -5,6 +5,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::gpu::timing::median;
+
 use crate::config::Config;
 use crate::gpu::GpuContext;
 use crate::pool::{DEFAULT_USAGE, Pool, PoolError};
@@ -27,11 +29,6 @@ pub struct AllocLatency {
     pub batch: u32,
     /// Timed batches (the median is over these).
     pub batches: u32,
-}
-
-fn median(mut samples: Vec<f64>) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
 }
 
 /// Measures alloc latency for blocks of `size` bytes: `batches` batches of `batch`
@@ -90,14 +87,14 @@ pub fn measure(
         create_samples.push(time_create(true));
         bare_samples.push(time_create(false));
     }
-    let pool_ns = median(pool_samples);
-    let create_buffer_ns = median(create_samples);
+    let pool_ns = median(&pool_samples);
+    let create_buffer_ns = median(&create_samples);
     Ok(AllocLatency {
         size_bytes: size,
         pool_ns,
         create_buffer_ns,
         speedup: create_buffer_ns / pool_ns,
-        create_buffer_without_destroy_ns: median(bare_samples),
+        create_buffer_without_destroy_ns: median(&bare_samples),
         batch,
         batches: batches.max(1),
     })

@@ -10,10 +10,8 @@ use crate::kernels::Operand;
 use super::error::BenchError;
 
 /// Usages every operand's buffer must have: kernels bind it (`STORAGE`), the benchmark
-/// uploads inputs (`COPY_DST`) and reads results back (`COPY_SRC`).
-pub const OPERAND_USAGES: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
-    .union(wgpu::BufferUsages::COPY_SRC)
-    .union(wgpu::BufferUsages::COPY_DST);
+/// uploads inputs (`COPY_DST`) and reads results back (`COPY_SRC`): the pool's defaults.
+pub const OPERAND_USAGES: wgpu::BufferUsages = crate::pool::DEFAULT_USAGE;
 
 /// A byte range of a buffer that the benchmark owns a handle to.
 #[derive(Clone, Debug)]

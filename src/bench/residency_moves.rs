@@ -4,6 +4,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::gpu::timing::median;
+
 use crate::config::Config;
 use crate::gpu::GpuContext;
 use crate::kernels::{KernelCall, Kernels};
@@ -23,11 +25,6 @@ pub struct ResidencyMoves {
     pub timed_runs: u32,
     /// The block's checksum after every move equalled the one before the first.
     pub verified: bool,
-}
-
-fn median(mut samples: Vec<f64>) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
 }
 
 /// Moves one block of `size` bytes (a multiple of 4) to host memory and back `warmup + runs`
@@ -78,8 +75,8 @@ pub fn measure(
     }
     Ok(ResidencyMoves {
         size_bytes: size,
-        offload_gbps: median(offloads),
-        prefetch_gbps: median(prefetches),
+        offload_gbps: median(&offloads),
+        prefetch_gbps: median(&prefetches),
         timed_runs: runs,
         verified,
     })
