@@ -45,9 +45,9 @@ pub(crate) struct PoolShared {
 }
 
 impl PoolShared {
-    /// Locks the state. A panic in another thread while it held the lock cannot leave the
-    /// engine half-updated in a way later calls trip on (every engine call either completes
-    /// or returns an error before changing anything), so a poisoned lock is recovered.
+    /// Locks the state. wgpool runs no caller code and does not panic while it holds the
+    /// lock, so a poisoned lock (a panic that unwound through some other path) is recovered
+    /// rather than turned into a panic here.
     pub fn lock(&self) -> MutexGuard<'_, PoolState> {
         self.state
             .lock()
