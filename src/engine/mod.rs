@@ -306,6 +306,13 @@ impl Engine {
         }
         self.clock += 1;
         let index = id.index;
+        // The merge reads both neighbours: start loading them while the statistics update.
+        let (prev, next) = {
+            let b = &self.blocks[index as usize];
+            (b.prev, b.next)
+        };
+        prefetch(&self.blocks, prev);
+        prefetch(&self.blocks, next);
         let (pool, size, requested) = {
             let b = &mut self.blocks[index as usize];
             b.allocated = false;
@@ -729,6 +736,23 @@ impl Engine {
             .min(self.max_segment_size),
         }
     }
+}
+
+/// Asks the CPU to start loading `records[index]` (when it exists) into the cache.
+#[inline(always)]
+fn prefetch(records: &[BlockRecord], index: u32) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(record) = records.get(index as usize) {
+        // SAFETY: a prefetch only hints the cache; the pointer is to a live element.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch(
+                (record as *const BlockRecord).cast::<i8>(),
+                std::arch::x86_64::_MM_HINT_T0,
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (records, index);
 }
 
 fn apply_net(stat: &mut StatArray, pool: PoolKind, net: i64) {
