@@ -31,6 +31,14 @@ pub enum TransferError {
         /// The buffer's size.
         buffer_size: u64,
     },
+    /// More data than the block holds.
+    #[error("{len} bytes do not fit a block of {size} bytes")]
+    BeyondBlock {
+        /// Bytes given.
+        len: u64,
+        /// The block's size.
+        size: u64,
+    },
     /// The buffer was created without a usage the transfer needs.
     #[error("the buffer lacks usage {needed}; create it with {needed} to {purpose}")]
     MissingUsage {

@@ -367,10 +367,9 @@ impl Pool {
     /// call sees the data. `data` may be shorter than the block; it may not be longer.
     pub fn write(&self, block: &Block, data: &[u8]) -> Result<(), TransferError> {
         if data.len() as u64 > block.size() {
-            return Err(TransferError::OutOfRange {
-                offset: block.offset(),
-                end: block.offset() + data.len() as u64,
-                buffer_size: block.offset() + block.size(),
+            return Err(TransferError::BeyondBlock {
+                len: data.len() as u64,
+                size: block.size(),
             });
         }
         let whole = data.len() / 4 * 4;
