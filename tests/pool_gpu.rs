@@ -349,6 +349,16 @@ fn reuse_cache_keeps_statistics_exact_and_blocks_outlive_the_pool() {
     assert_eq!(stats.allocated_bytes.small_pool.allocated, 12 * 3072);
     assert_eq!(stats.allocated_bytes.all.peak, 3072);
     pool.check_consistency().unwrap();
+    pool.reset_accumulated_stats();
+    let reset = pool.memory_stats();
+    assert_eq!(
+        (reset.allocation.all.allocated, reset.num_device_alloc),
+        (0, 0)
+    );
+    assert_eq!(
+        reset.reserved_bytes.all.current,
+        stats.reserved_bytes.all.current
+    );
     // A different size sees the dropped block's memory as free: no new segment.
     let other = pool.alloc(5000).unwrap();
     assert_eq!(pool.memory_stats().segment.all.current, 1);

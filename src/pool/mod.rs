@@ -294,6 +294,12 @@ impl Pool {
         self.shared.lock_flushed().engine.reset_peak_stats();
     }
 
+    /// Zeroes the accumulated totals and counters (PyTorch's
+    /// `reset_accumulated_memory_stats`).
+    pub fn reset_accumulated_stats(&self) {
+        self.shared.lock_flushed().engine.reset_accumulated_stats();
+    }
+
     /// The statistics as a text table.
     ///
     /// With host memory in use, a second table follows for the host-resident blocks.
