@@ -5,8 +5,7 @@ use serde::Serialize;
 use crate::gpu::AdapterSummary;
 use crate::gpu::timing::TimingMethod;
 
-/// Everything one `wgpool bench` run measured. Public and plain so that other parts of the
-/// crate (the pool's allocation benchmark) can extend it: `alloc` is reserved for that.
+/// Everything one `wgpool bench` run measured, as `--json` prints it.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
     /// The adapter the run used.
@@ -30,7 +29,7 @@ pub struct BenchReport {
     pub kernels: Vec<KernelResult>,
     /// In-device move rates.
     pub moves: MoveResult,
-    /// Pool allocation latency figures (filled in by the pool benchmark; `null` until then).
+    /// Pool allocation latency ([`alloc_latency::AllocLatency`](super::alloc_latency::AllocLatency)); `wgpool bench` always fills it.
     pub alloc: Option<serde_json::Value>,
     /// Host transfer figures (`--transfers`): the staging pool against wgpu's own paths, and
     /// offload / prefetch of a pool block; `null` without `--transfers`.
