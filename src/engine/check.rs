@@ -43,17 +43,14 @@ impl Engine {
             let mut cursor = s.head;
             while cursor != NONE {
                 let b = &self.blocks[cursor as usize];
+                let allocated = self.links.is_allocated(cursor);
                 blocks.push(BlockSnapshot {
                     offset: b.offset,
                     size: b.size,
-                    allocated: b.allocated,
-                    requested: if b.allocated {
-                        self.blocks[cursor as usize].requested
-                    } else {
-                        0
-                    },
+                    allocated,
+                    requested: if allocated { b.requested } else { 0 },
                 });
-                cursor = b.next;
+                cursor = self.links.next(cursor);
             }
             out.push(SegmentSnapshot {
                 id: SegmentId(id as u32),
@@ -133,7 +130,7 @@ impl Engine {
             let mut previous = super::NONE;
             while cursor != super::NONE {
                 let b = &self.blocks[cursor as usize];
-                if !b.in_use || b.segment != segment.id.0 || b.prev != previous {
+                if !b.in_use || b.segment != segment.id.0 || self.links.prev(cursor) != previous {
                     return Err(format!(
                         "segment {:?}: block {cursor} is not linked into it",
                         segment.id
@@ -146,13 +143,14 @@ impl Engine {
                     ));
                 }
                 previous = cursor;
-                cursor = b.next;
+                cursor = self.links.next(cursor);
             }
         }
         for pool in [PoolKind::Small, PoolKind::Large] {
             for key in self.free_index[pool.index()].iter() {
                 let b = &self.blocks[key.block as usize];
-                if !b.in_use || b.allocated || key != self.key_of(key.block) {
+                if !b.in_use || self.links.is_allocated(key.block) || key != self.key_of(key.block)
+                {
                     return Err(format!("free index entry {key:?} does not match its block"));
                 }
                 if self.segments[b.segment as usize].pool != pool {

@@ -1,4 +1,12 @@
 //! The ordered set of free blocks of one pool, searched best-fit by (stream, size, address).
+//!
+//! Free blocks are grouped by stream, then by size class: one class for each size below
+//! 32 KiB (in 512 B steps) and 32 classes per power of two above. Each class keeps its blocks
+//! ordered by (size, address), and a bitmap says which classes hold any. A best-fit search
+//! looks in the request's own class and then jumps, through the bitmap, to the next class
+//! that holds a block; so its cost depends on how many free blocks share a class, not on how
+//! many free blocks there are. The order it yields is exactly the order of one sorted set by
+//! (stream, size, address).
 
 use std::collections::BTreeMap;
 
@@ -13,87 +21,325 @@ pub(crate) struct FreeKey {
     pub block: u32,
 }
 
-const SIZE_BITS: u32 = 48;
 const ADDRESS_BITS: u32 = 48;
-/// Sizes and addresses stay below this (128 PiB), so that they fit their 48 key bits.
+/// Sizes and addresses stay below this (128 PiB), so that they fit 48 bits once their low 9
+/// bits (always zero: they are multiples of 512) are dropped.
 pub(crate) const ADDRESS_LIMIT: u64 = 1 << (ADDRESS_BITS + 9);
 
-/// The key as one integer, so that each comparison in the tree is a single `u128` compare:
-/// 32 bits of stream, 48 of size and 48 of address. Sizes and addresses are multiples of
-/// 512, so their low 9 bits are dropped.
+/// Sizes below this many 512 B granules (32 KiB) have a class each.
+const EXACT_CLASSES: usize = 64;
+/// Above, each power of two is cut into 2^SUB_BITS classes.
+const SUB_BITS: u32 = 5;
+/// Every size below [`ADDRESS_LIMIT`] has a class below this.
+const CLASSES: usize =
+    EXACT_CLASSES + ((ADDRESS_BITS as usize - EXACT_CLASSES.ilog2() as usize) << SUB_BITS);
+const BITMAP_WORDS: usize = CLASSES.div_ceil(64);
+
+/// The class of a size: monotonic, so that every size of a class is below every size of the
+/// next one.
 #[inline]
-fn pack(stream: u32, size: u64, address: u64) -> u128 {
+fn class_of(size: u64) -> usize {
+    let granules = size >> 9;
+    if granules < EXACT_CLASSES as u64 {
+        return granules as usize;
+    }
+    let octave = granules.ilog2();
+    let sub = (granules >> (octave - SUB_BITS)) as usize & ((1 << SUB_BITS) - 1);
+    EXACT_CLASSES + (((octave - EXACT_CLASSES.ilog2()) as usize) << SUB_BITS) + sub
+}
+
+/// (size, address) as one integer, so that each comparison is a single `u128` compare.
+#[inline]
+fn pack(size: u64, address: u64) -> u128 {
     debug_assert!(size < ADDRESS_LIMIT && address < ADDRESS_LIMIT);
-    ((stream as u128) << (SIZE_BITS + ADDRESS_BITS))
-        | (((size >> 9) as u128) << ADDRESS_BITS)
-        | (address >> 9) as u128
+    (((size >> 9) as u128) << ADDRESS_BITS) | (address >> 9) as u128
 }
 
 #[inline]
-fn unpack(packed: u128, block: u32) -> FreeKey {
+fn unpack(stream: u32, packed: u128, block: u32) -> FreeKey {
     FreeKey {
-        stream: (packed >> (SIZE_BITS + ADDRESS_BITS)) as u32,
-        size: (((packed >> ADDRESS_BITS) as u64) & ((1 << SIZE_BITS) - 1)) << 9,
+        stream,
+        size: ((packed >> ADDRESS_BITS) as u64) << 9,
         address: ((packed as u64) & ((1 << ADDRESS_BITS) - 1)) << 9,
         block,
+    }
+}
+
+/// The free blocks of one stream, by size class.
+#[derive(Debug)]
+struct StreamClasses {
+    stream: u32,
+    /// Per class: packed (size, address) -> block.
+    classes: Vec<BTreeMap<u128, u32>>,
+    /// Bit `c` is set while class `c` holds a block.
+    occupied: [u64; BITMAP_WORDS],
+}
+
+impl StreamClasses {
+    fn new(stream: u32) -> StreamClasses {
+        StreamClasses {
+            stream,
+            classes: (0..CLASSES).map(|_| BTreeMap::new()).collect(),
+            occupied: [0; BITMAP_WORDS],
+        }
+    }
+
+    /// The first occupied class at or above `class`.
+    #[inline]
+    fn occupied_from(&self, class: usize) -> Option<usize> {
+        let mut word = class / 64;
+        if word >= BITMAP_WORDS {
+            return None;
+        }
+        let mut bits = self.occupied[word] & (!0u64 << (class % 64));
+        loop {
+            if bits != 0 {
+                return Some(word * 64 + bits.trailing_zeros() as usize);
+            }
+            word += 1;
+            if word == BITMAP_WORDS {
+                return None;
+            }
+            bits = self.occupied[word];
+        }
+    }
+
+    /// The last occupied class at or below `class`.
+    fn occupied_to(&self, class: usize) -> Option<usize> {
+        let mut word = class / 64;
+        let mut bits = self.occupied[word] & (!0u64 >> (63 - class % 64));
+        loop {
+            if bits != 0 {
+                return Some(word * 64 + 63 - bits.leading_zeros() as usize);
+            }
+            if word == 0 {
+                return None;
+            }
+            word -= 1;
+            bits = self.occupied[word];
+        }
+    }
+
+    fn mark(&mut self, class: usize) {
+        self.occupied[class / 64] |= 1 << (class % 64);
+    }
+
+    fn unmark_if_empty(&mut self, class: usize) {
+        if self.classes[class].is_empty() {
+            self.occupied[class / 64] &= !(1 << (class % 64));
+        }
+    }
+
+    /// Blocks of at least `size` bytes, in (size, address) order.
+    fn fits_ascending(&self, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
+        let class = class_of(size);
+        let stream = self.stream;
+        let own = self.classes[class].range(pack(size, 0)..);
+        let above = std::iter::successors(self.occupied_from(class + 1), |&c| {
+            self.occupied_from(c + 1)
+        })
+        .flat_map(|c| self.classes[c].iter());
+        own.chain(above).map(move |(&k, &b)| unpack(stream, k, b))
+    }
+
+    /// Blocks smaller than `size`, in descending (size, address) order.
+    fn below_descending(&self, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
+        let class = class_of(size);
+        let stream = self.stream;
+        let own = self.classes[class].range(..pack(size, 0)).rev();
+        let below = std::iter::successors(
+            class.checked_sub(1).and_then(|c| self.occupied_to(c)),
+            |&c| c.checked_sub(1).and_then(|c| self.occupied_to(c)),
+        )
+        .flat_map(|c| self.classes[c].iter().rev());
+        own.chain(below).map(move |(&k, &b)| unpack(stream, k, b))
     }
 }
 
 /// Free blocks of one pool.
 #[derive(Debug, Default)]
 pub(crate) struct FreeIndex {
-    map: BTreeMap<u128, u32>,
+    /// One entry per stream that ever had a free block, by ascending stream.
+    streams: Vec<StreamClasses>,
+    len: usize,
 }
 
 impl FreeIndex {
     #[inline]
+    fn stream(&self, stream: u32) -> Option<&StreamClasses> {
+        // Nearly always one stream: look at the first before searching.
+        match self.streams.first() {
+            Some(s) if s.stream == stream => Some(s),
+            _ => self
+                .streams
+                .binary_search_by_key(&stream, |s| s.stream)
+                .ok()
+                .map(|i| &self.streams[i]),
+        }
+    }
+
+    #[inline]
+    fn stream_mut(&mut self, stream: u32) -> &mut StreamClasses {
+        let position = match self.streams.first() {
+            Some(s) if s.stream == stream => Ok(0),
+            _ => self.streams.binary_search_by_key(&stream, |s| s.stream),
+        };
+        let i = position.unwrap_or_else(|i| {
+            self.streams.insert(i, StreamClasses::new(stream));
+            i
+        });
+        &mut self.streams[i]
+    }
+
+    #[inline]
     pub fn insert(&mut self, key: FreeKey) {
-        let previous = self
-            .map
-            .insert(pack(key.stream, key.size, key.address), key.block);
+        let classes = self.stream_mut(key.stream);
+        let class = class_of(key.size);
+        let previous = classes.classes[class].insert(pack(key.size, key.address), key.block);
         debug_assert!(previous.is_none(), "block {} indexed twice", key.block);
+        classes.mark(class);
+        self.len += 1;
     }
 
     #[inline]
     pub fn remove(&mut self, key: &FreeKey) {
-        let removed = self.map.remove(&pack(key.stream, key.size, key.address));
+        let classes = self.stream_mut(key.stream);
+        let class = class_of(key.size);
+        let removed = classes.classes[class].remove(&pack(key.size, key.address));
         debug_assert_eq!(
             removed,
             Some(key.block),
             "block {} was not indexed",
             key.block
         );
+        classes.unmark_if_empty(class);
+        self.len -= 1;
     }
 
     /// The smallest free block of `stream` with at least `size` bytes, lowest address first.
     #[inline]
     pub fn best_fit(&self, stream: u32, size: u64) -> Option<FreeKey> {
-        self.fits_ascending(stream, size).next()
+        let classes = self.stream(stream)?;
+        let class = class_of(size);
+        if let Some((&k, &b)) = classes.classes[class].range(pack(size, 0)..).next() {
+            return Some(unpack(stream, k, b));
+        }
+        let above = classes.occupied_from(class + 1)?;
+        let (&k, &b) = classes.classes[above].first_key_value()?;
+        Some(unpack(stream, k, b))
     }
 
     /// Free blocks of `stream` with at least `size` bytes, smallest first.
-    #[inline]
     pub fn fits_ascending(&self, stream: u32, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
-        self.map
-            .range(pack(stream, size, 0)..)
-            .map(|(&k, &b)| unpack(k, b))
-            .take_while(move |k| k.stream == stream)
+        self.stream(stream)
+            .into_iter()
+            .flat_map(move |classes| classes.fits_ascending(size))
     }
 
     /// Free blocks of `stream` smaller than `size`, largest first.
     pub fn below_descending(&self, stream: u32, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
-        self.map
-            .range(pack(stream, 0, 0)..pack(stream, size, 0))
-            .rev()
-            .map(|(&k, &b)| unpack(k, b))
+        self.stream(stream)
+            .into_iter()
+            .flat_map(move |classes| classes.below_descending(size))
     }
 
-    /// Every free block, in index order.
+    /// Every free block, in (stream, size, address) order.
     pub fn iter(&self) -> impl Iterator<Item = FreeKey> + '_ {
-        self.map.iter().map(|(&k, &b)| unpack(k, b))
+        self.streams
+            .iter()
+            .flat_map(|classes| classes.fits_ascending(0))
     }
 
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_are_monotonic_and_in_range() {
+        let mut previous = 0;
+        let mut size = 512u64;
+        while size < ADDRESS_LIMIT {
+            for s in [size, size + 512, size * 3 / 2 / 512 * 512, size * 2 - 512] {
+                assert!(s >= ADDRESS_LIMIT || class_of(s) < CLASSES, "size {s}");
+            }
+            let c = class_of(size);
+            assert!(c >= previous, "class of {size} went down");
+            previous = c;
+            size += size / 37 / 512 * 512 + 512;
+        }
+        assert_eq!(class_of(ADDRESS_LIMIT - 512), CLASSES - 1);
+        assert_eq!(class_of(512), 1);
+        assert_eq!(class_of(32 << 10), EXACT_CLASSES);
+    }
+
+    /// The index yields exactly what one sorted map of (stream, size, address) would.
+    #[test]
+    fn searches_match_a_sorted_map() {
+        let mut index = FreeIndex::default();
+        let mut reference: BTreeMap<(u32, u64, u64), u32> = BTreeMap::new();
+        let mut state = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let key = |(stream, size, address): (u32, u64, u64), block| FreeKey {
+            stream,
+            size,
+            address,
+            block,
+        };
+        for round in 0..4000u32 {
+            let r = next();
+            let stream = [0, 0, 0, 7, 3][(r % 5) as usize];
+            // Sizes from 512 B to 64 GiB, log-uniform, with many repeats.
+            let size = (1u64 << (9 + (r >> 8) % 28)) + ((r >> 40) % 4) * 512;
+            let address = (next() % (1 << 40)) * 512;
+            if r % 3 == 0 && !reference.is_empty() {
+                let nth = (next() % reference.len() as u64) as usize;
+                let (&victim, &block) = reference.iter().nth(nth).unwrap();
+                reference.remove(&victim);
+                index.remove(&key(victim, block));
+            } else if let std::collections::btree_map::Entry::Vacant(slot) =
+                reference.entry((stream, size, address))
+            {
+                slot.insert(round);
+                index.insert(key((stream, size, address), round));
+            }
+            assert_eq!(index.len(), reference.len());
+            let probe_stream = [0, 7, 3, 5][(next() % 4) as usize];
+            let probe = (1u64 << (9 + next() % 30)) + (next() % 3) * 512;
+            let expected: Vec<FreeKey> = reference
+                .range((probe_stream, probe, 0)..(probe_stream + 1, 0, 0))
+                .take(5)
+                .map(|(&k, &b)| key(k, b))
+                .collect();
+            let got: Vec<FreeKey> = index.fits_ascending(probe_stream, probe).take(5).collect();
+            assert_eq!(got, expected);
+            assert_eq!(
+                index.best_fit(probe_stream, probe),
+                expected.first().copied()
+            );
+            let expected_below: Vec<FreeKey> = reference
+                .range((probe_stream, 0, 0)..(probe_stream, probe, 0))
+                .rev()
+                .take(5)
+                .map(|(&k, &b)| key(k, b))
+                .collect();
+            let got_below: Vec<FreeKey> = index
+                .below_descending(probe_stream, probe)
+                .take(5)
+                .collect();
+            assert_eq!(got_below, expected_below);
+        }
+        let all: Vec<FreeKey> = index.iter().collect();
+        let expected_all: Vec<FreeKey> = reference.iter().map(|(&k, &b)| key(k, b)).collect();
+        assert_eq!(all, expected_all);
     }
 }

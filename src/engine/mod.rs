@@ -30,6 +30,7 @@ mod check;
 mod compact;
 mod error;
 mod free_index;
+mod links;
 mod release;
 pub mod rounding;
 mod source;
@@ -44,6 +45,7 @@ pub use stats::{MemoryStats, Stat, StatArray};
 
 use crate::config::{Backend, Config, Policy};
 use free_index::{FreeIndex, FreeKey};
+use links::{BlockLinks, NONE};
 use rounding::{MIN_BLOCK_SIZE, SMALL_SIZE, round_request, segment_size_for};
 
 /// A segment: one device allocation, as the [`SegmentSource`] knows it.
@@ -94,7 +96,6 @@ impl EngineLimits {
     }
 }
 
-const NONE: u32 = u32::MAX;
 /// The virtual address of the first segment.
 const FIRST_BASE: u64 = 1 << 40;
 
@@ -112,7 +113,8 @@ pub(crate) struct SegmentRecord {
 }
 
 /// What every allocation and free touches of a block: one 64-byte cache line. The segment's
-/// pool, stream and base are copied in, so that frees need not read the segment.
+/// pool, stream and base are copied in, so that frees need not read the segment. The links to
+/// the neighbouring blocks and the allocated flag live in [`BlockLinks`].
 #[derive(Debug, Clone)]
 #[repr(C, align(64))]
 pub(crate) struct BlockRecord {
@@ -126,11 +128,9 @@ pub(crate) struct BlockRecord {
     pub freed_at: u64,
     pub generation: u32,
     pub segment: u32,
-    pub prev: u32,
-    pub next: u32,
     pub stream: u32,
     pub pool: PoolKind,
-    pub allocated: bool,
+    /// Whether the slot holds a block.
     pub in_use: bool,
 }
 
@@ -151,6 +151,7 @@ pub struct Engine {
     pub(crate) segments: Vec<SegmentRecord>,
     free_segment_slots: Vec<u32>,
     pub(crate) blocks: Vec<BlockRecord>,
+    pub(crate) links: BlockLinks,
     pub(crate) cold: Vec<BlockCold>,
     free_block_slots: Vec<u32>,
     pub(crate) free_index: [FreeIndex; 2],
@@ -180,6 +181,7 @@ impl Engine {
             segments: Vec::new(),
             free_segment_slots: Vec::new(),
             blocks: Vec::new(),
+            links: BlockLinks::default(),
             cold: Vec::new(),
             free_block_slots: Vec::new(),
             free_index: [FreeIndex::default(), FreeIndex::default()],
@@ -195,6 +197,7 @@ impl Engine {
     /// it will hold (trace replay) pays no reallocation while it runs.
     pub fn reserve_blocks(&mut self, blocks: usize) {
         self.blocks.reserve(blocks);
+        self.links.reserve(blocks);
         self.cold.reserve(blocks);
     }
 
@@ -242,9 +245,9 @@ impl Engine {
     }
 
     fn live_block(&self, id: BlockId) -> Option<&BlockRecord> {
-        self.blocks
-            .get(id.index as usize)
-            .filter(|b| b.in_use && b.allocated && b.generation == id.generation)
+        self.blocks.get(id.index as usize).filter(|b| {
+            b.generation == id.generation && b.in_use && self.links.is_allocated(id.index)
+        })
     }
 
     /// Serves `size` bytes on `stream` (a number the caller assigns; blocks are reused only on
@@ -306,16 +309,18 @@ impl Engine {
         }
         self.clock += 1;
         let index = id.index;
-        // The merge reads both neighbours: start loading them while the statistics update.
-        let (prev, next) = {
-            let b = &self.blocks[index as usize];
-            (b.prev, b.next)
-        };
-        prefetch(&self.blocks, prev);
-        prefetch(&self.blocks, next);
+        // A free neighbour's record is read by the merge: start loading it while the
+        // statistics update. Allocated neighbours are not touched at all.
+        let (prev, next) = (self.links.prev(index), self.links.next(index));
+        if self.links.is_free_block(prev) {
+            prefetch(&self.blocks, prev);
+        }
+        if self.links.is_free_block(next) {
+            prefetch(&self.blocks, next);
+        }
+        self.links.set_allocated(index, false);
         let (pool, size, requested) = {
-            let b = &mut self.blocks[index as usize];
-            b.allocated = false;
+            let b = &self.blocks[index as usize];
             (b.pool, b.size, b.requested)
         };
         self.stats.allocation.decrease(pool, 1);
@@ -386,8 +391,7 @@ impl Engine {
 
     #[inline]
     pub(crate) fn is_split(&self, block: u32) -> bool {
-        let b = &self.blocks[block as usize];
-        b.prev != NONE || b.next != NONE
+        self.links.is_split(block)
     }
 
     /// Removes and returns the free block that serves a `rounded` request, if the pool has one.
@@ -399,6 +403,9 @@ impl Engine {
             Policy::Pytorch => self.pytorch_candidate(pool, stream, rounded),
             Policy::Compact => compact::candidate(self, pool, stream, rounded),
         }?;
+        // The caller reads and writes the block's record next: load it while the index
+        // removes the key.
+        prefetch(&self.blocks, key.block);
         self.free_index[pool.index()].remove(&key);
         Some(key.block)
     }
@@ -452,23 +459,17 @@ impl Engine {
             self.config.backend == Backend::Native && self.should_split(pool, block_size, rounded);
         if split {
             let remaining_size = block_size - rounded;
-            let (offset, next) = {
-                let b = &self.blocks[block as usize];
-                (b.offset, b.next)
-            };
+            let offset = self.blocks[block as usize].offset;
+            let next = self.links.next(block);
             let remainder = self.new_block_record(segment, offset + rounded, remaining_size);
-            {
-                let r = &mut self.blocks[remainder as usize];
-                r.prev = block;
-                r.next = next;
-            }
+            self.links.set_prev(remainder, block);
+            self.links.set_next(remainder, next);
             self.mark_freed(remainder, pool);
             if next != NONE {
-                self.blocks[next as usize].prev = remainder;
+                self.links.set_prev(next, remainder);
             }
-            let b = &mut self.blocks[block as usize];
-            b.next = remainder;
-            b.size = rounded;
+            self.links.set_next(block, remainder);
+            self.blocks[block as usize].size = rounded;
             let key = self.key_of(remainder);
             self.free_index[pool.index()].insert(key);
             if already_split {
@@ -483,8 +484,8 @@ impl Engine {
             self.stats.inactive_split_bytes.decrease(pool, block_size);
             self.stats.inactive_split.decrease(pool, 1);
         }
+        self.links.set_allocated(block, true);
         let b = &mut self.blocks[block as usize];
-        b.allocated = true;
         b.requested = requested;
         // A fresh id for every allocation, so a handle kept past its free is refused even
         // when the same record serves the next request.
@@ -517,9 +518,9 @@ impl Engine {
         let pool = self.blocks[block as usize].pool;
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
-        let prev = self.blocks[block as usize].prev;
+        let prev = self.links.prev(block);
         let mut block = block;
-        if prev != NONE && !self.blocks[prev as usize].allocated {
+        if self.links.is_free_block(prev) {
             let key = self.key_of(prev);
             self.free_index[pool.index()].remove(&key);
             // The lower neighbour survives so that the segment head never changes.
@@ -528,8 +529,8 @@ impl Engine {
             net_bytes -= key.size as i64;
             block = prev;
         }
-        let next = self.blocks[block as usize].next;
-        if next != NONE && !self.blocks[next as usize].allocated {
+        let next = self.links.next(block);
+        if self.links.is_free_block(next) {
             let key = self.key_of(next);
             self.free_index[pool.index()].remove(&key);
             self.absorb_next(block);
@@ -559,16 +560,12 @@ impl Engine {
 
     /// Folds `block`'s next neighbour into `block` and frees the neighbour's record.
     fn absorb_next(&mut self, block: u32) {
-        let next = self.blocks[block as usize].next;
-        let (next_size, next_next) = {
-            let n = &self.blocks[next as usize];
-            (n.size, n.next)
-        };
-        let b = &mut self.blocks[block as usize];
-        b.size += next_size;
-        b.next = next_next;
+        let next = self.links.next(block);
+        let next_next = self.links.next(next);
+        self.blocks[block as usize].size += self.blocks[next as usize].size;
+        self.links.set_next(block, next_next);
         if next_next != NONE {
-            self.blocks[next_next as usize].prev = block;
+            self.links.set_prev(next_next, block);
         }
         self.free_block_record(next);
     }
@@ -584,29 +581,29 @@ impl Engine {
             freed_at: 0,
             generation,
             segment,
-            prev: NONE,
-            next: NONE,
             stream,
             pool,
-            allocated: false,
             in_use: true,
         };
         if let Some(index) = self.free_block_slots.pop() {
             let generation = self.blocks[index as usize].generation.wrapping_add(1);
             self.blocks[index as usize] = record(generation);
-            self.cold[index as usize] = BlockCold::default();
+            self.links.reset(index);
+            // `cold` keeps its stale value: it is read only for free blocks, and every free
+            // block was marked by `mark_freed`, which writes it whenever garbage collection
+            // is active (for the engine's whole life, or never).
             index
         } else {
             self.blocks.push(record(0));
+            self.links.push();
             self.cold.push(BlockCold::default());
             (self.blocks.len() - 1) as u32
         }
     }
 
     fn free_block_record(&mut self, block: u32) {
-        let b = &mut self.blocks[block as usize];
-        b.in_use = false;
-        b.allocated = false;
+        self.blocks[block as usize].in_use = false;
+        self.links.reset(block);
         self.free_block_slots.push(block);
     }
 
@@ -691,7 +688,7 @@ impl Engine {
             let mut cursor = self.segments[s as usize].head;
             while cursor != NONE {
                 self.blocks[cursor as usize].base = base;
-                cursor = self.blocks[cursor as usize].next;
+                cursor = self.links.next(cursor);
             }
             base += self.segments[s as usize].size;
         }
@@ -705,7 +702,7 @@ impl Engine {
 
     /// Releases the segment of a free block that spans its whole segment.
     pub(crate) fn release_block<S: SegmentSource + ?Sized>(&mut self, block: u32, source: &mut S) {
-        debug_assert!(!self.is_split(block) && !self.blocks[block as usize].allocated);
+        debug_assert!(!self.is_split(block) && !self.links.is_allocated(block));
         let key = self.key_of(block);
         let segment = self.blocks[block as usize].segment;
         let (size, pool) = {
