@@ -47,7 +47,8 @@ pub struct OptionSpec {
 }
 
 const MIB: u64 = 1 << 20;
-/// Largest `roundup_power2_divisions` list key: 2^36 MiB = 64 PiB, the largest block.
+/// Largest `roundup_power2_divisions` list key: 2^36 MiB = 64 PiB, above any block (the
+/// engine bounds segments to 2 TiB), so that no key in use is refused.
 const MAX_INTERVAL_KEY_MB: u64 = 1 << 36;
 
 fn parse_u64(text: &str) -> Result<u64, String> {

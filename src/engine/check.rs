@@ -45,8 +45,8 @@ impl Engine {
                 let b = &self.blocks[cursor as usize];
                 let allocated = self.links.is_allocated(cursor);
                 blocks.push(BlockSnapshot {
-                    offset: b.offset,
-                    size: b.size,
+                    offset: b.offset(),
+                    size: b.size(),
                     allocated,
                     requested: if allocated { b.requested } else { 0 },
                 });

@@ -117,7 +117,7 @@ fn idle_segments(engine: &Engine) -> impl Iterator<Item = (u64, u32, u64)> + '_ 
         .filter(|key| !engine.is_split(key.block))
         .map(|key| {
             (
-                engine.blocks[key.block as usize].freed_at,
+                engine.segments[engine.blocks[key.block as usize].segment as usize].idle_since,
                 key.block,
                 key.size,
             )

@@ -87,11 +87,11 @@ pub struct EngineLimits {
 }
 
 impl EngineLimits {
-    /// No device size, and segments up to 64 PiB.
+    /// No device size, and segments up to [`MAX_SEGMENT_SIZE`] (2 TiB).
     pub fn unlimited() -> Self {
         EngineLimits {
             device_memory: None,
-            max_segment_size: free_index::ADDRESS_LIMIT / 2,
+            max_segment_size: MAX_SEGMENT_SIZE,
         }
     }
 }
@@ -110,28 +110,82 @@ pub(crate) struct SegmentRecord {
     pub head: u32,
     /// Whether the slot holds a segment.
     pub in_use: bool,
+    /// The engine's operation clock when the segment last became wholly free.
+    pub idle_since: u64,
 }
 
-/// What every allocation and free touches of a block: one 64-byte cache line. The segment's
-/// pool, stream and base are copied in, so that frees need not read the segment. The links to
-/// the neighbouring blocks and the allocated flag live in [`BlockLinks`].
+/// What every allocation and free reads of a block, in 40 bytes. The segment's base, pool
+/// and stream are copied in, so that neither path reads the segment. The links to the
+/// neighbouring blocks and the allocated flag live in [`BlockLinks`].
+///
+/// With 100k live blocks the records are the largest thing the engine touches, and every
+/// free reads one at random: the smaller they are, the more of them stay in the CPU's
+/// caches. Sizes and offsets are therefore kept in 512 B granules, in 32 bits, which bounds
+/// a segment to [`MAX_SEGMENT_SIZE`].
 #[derive(Debug, Clone)]
-#[repr(C, align(64))]
 pub(crate) struct BlockRecord {
-    pub offset: u64,
-    pub size: u64,
     /// The segment's virtual address.
     pub base: u64,
     /// The caller's size, while allocated.
     pub requested: u64,
-    /// The engine's operation clock when the block was last freed.
-    pub freed_at: u64,
+    granules: u32,
+    offset_granules: u32,
     pub generation: u32,
     pub segment: u32,
     pub stream: u32,
     pub pool: PoolKind,
     /// Whether the slot holds a block.
     pub in_use: bool,
+}
+
+const _: () = assert!(std::mem::size_of::<BlockRecord>() == 40);
+
+/// The largest segment: 2 TiB less 512 B, so that sizes and offsets in 512 B granules fit
+/// 32 bits.
+pub const MAX_SEGMENT_SIZE: u64 = (u32::MAX as u64) << 9;
+
+impl BlockRecord {
+    #[inline]
+    pub fn size(&self) -> u64 {
+        (self.granules as u64) << 9
+    }
+
+    #[inline]
+    pub fn set_size(&mut self, size: u64) {
+        debug_assert!(size % MIN_BLOCK_SIZE == 0 && size <= MAX_SEGMENT_SIZE);
+        self.granules = (size >> 9) as u32;
+    }
+
+    /// Offset in the segment.
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        (self.offset_granules as u64) << 9
+    }
+
+    /// The virtual address: the segment's base plus the offset.
+    #[inline]
+    pub fn address(&self) -> u64 {
+        self.base + self.offset()
+    }
+
+    #[inline]
+    fn segment_fields(&self) -> SegmentFields {
+        SegmentFields {
+            segment: self.segment,
+            base: self.base,
+            stream: self.stream,
+            pool: self.pool,
+        }
+    }
+}
+
+/// What a block record copies from its segment's record.
+#[derive(Debug, Clone, Copy)]
+struct SegmentFields {
+    segment: u32,
+    base: u64,
+    stream: u32,
+    pool: PoolKind,
 }
 
 /// What only garbage collection reads of a block, kept apart from [`BlockRecord`] and
@@ -175,7 +229,7 @@ impl Engine {
             config,
             cap,
             // Segments are whole 512 B granules: round the device's limit down to one.
-            max_segment_size: limits.max_segment_size.min(free_index::ADDRESS_LIMIT / 2)
+            max_segment_size: limits.max_segment_size.min(MAX_SEGMENT_SIZE)
                 / rounding::MIN_BLOCK_SIZE
                 * rounding::MIN_BLOCK_SIZE,
             segments: Vec::new(),
@@ -237,8 +291,8 @@ impl Engine {
         Some(Allocation {
             block: id,
             segment: SegmentId(b.segment),
-            offset: b.offset,
-            size: b.size,
+            offset: b.offset(),
+            size: b.size(),
             requested: b.requested,
             pool: b.pool,
         })
@@ -321,7 +375,7 @@ impl Engine {
         self.links.set_allocated(index, false);
         let (pool, size, requested) = {
             let b = &self.blocks[index as usize];
-            (b.pool, b.size, b.requested)
+            (b.pool, b.size(), b.requested)
         };
         self.stats.allocation.decrease(pool, 1);
         self.stats.allocated_bytes.decrease(pool, size);
@@ -383,8 +437,8 @@ impl Engine {
         let b = &self.blocks[block as usize];
         FreeKey {
             stream: b.stream,
-            size: b.size,
-            address: b.base + b.offset,
+            size: b.size(),
+            address: b.address(),
             block,
         }
     }
@@ -452,16 +506,19 @@ impl Engine {
     fn take_block(&mut self, block: u32, rounded: u64, requested: u64) -> Allocation {
         let (segment, block_size, pool) = {
             let b = &self.blocks[block as usize];
-            (b.segment, b.size, b.pool)
+            (b.segment, b.size(), b.pool)
         };
         let already_split = self.is_split(block);
         let split =
             self.config.backend == Backend::Native && self.should_split(pool, block_size, rounded);
         if split {
             let remaining_size = block_size - rounded;
-            let offset = self.blocks[block as usize].offset;
+            let offset = self.blocks[block as usize].offset();
             let next = self.links.next(block);
-            let remainder = self.new_block_record(segment, offset + rounded, remaining_size);
+            // The remainder copies the segment's fields from the block, whose record is
+            // already cached, rather than from the segment's.
+            let of = self.blocks[block as usize].segment_fields();
+            let remainder = self.new_block_record(of, offset + rounded, remaining_size);
             self.links.set_prev(remainder, block);
             self.links.set_next(remainder, next);
             self.mark_freed(remainder, pool);
@@ -469,7 +526,7 @@ impl Engine {
                 self.links.set_prev(next, remainder);
             }
             self.links.set_next(block, remainder);
-            self.blocks[block as usize].size = rounded;
+            self.blocks[block as usize].set_size(rounded);
             let key = self.key_of(remainder);
             self.free_index[pool.index()].insert(key);
             if already_split {
@@ -490,7 +547,7 @@ impl Engine {
         // A fresh id for every allocation, so a handle kept past its free is refused even
         // when the same record serves the next request.
         b.generation = b.generation.wrapping_add(1);
-        let (size, offset, generation) = (b.size, b.offset, b.generation);
+        let (size, offset, generation) = (b.size(), b.offset(), b.generation);
         self.stats.allocation.increase(pool, 1);
         self.stats.allocated_bytes.increase(pool, size);
         self.stats.active.increase(pool, 1);
@@ -539,20 +596,23 @@ impl Engine {
         }
         if self.is_split(block) {
             net_blocks += 1;
-            net_bytes += self.blocks[block as usize].size as i64;
+            net_bytes += self.blocks[block as usize].size() as i64;
         }
         apply_net(&mut self.stats.inactive_split, pool, net_blocks);
         apply_net(&mut self.stats.inactive_split_bytes, pool, net_bytes);
         self.mark_freed(block, pool);
+        if !self.is_split(block) {
+            let segment = self.blocks[block as usize].segment;
+            self.segments[segment as usize].idle_since = self.clock;
+        }
         let key = self.key_of(block);
         self.free_index[pool.index()].insert(key);
         block
     }
 
-    /// Records when a block became free: for garbage collection's ages and compact's order.
+    /// Records when a block became free, for garbage collection's ages.
     #[inline]
     fn mark_freed(&mut self, block: u32, pool: PoolKind) {
-        self.blocks[block as usize].freed_at = self.clock;
         if self.gc_active() {
             self.cold[block as usize].gc_base = self.search_count[pool.index()];
         }
@@ -562,7 +622,8 @@ impl Engine {
     fn absorb_next(&mut self, block: u32) {
         let next = self.links.next(block);
         let next_next = self.links.next(next);
-        self.blocks[block as usize].size += self.blocks[next as usize].size;
+        let merged = self.blocks[block as usize].size() + self.blocks[next as usize].size();
+        self.blocks[block as usize].set_size(merged);
         self.links.set_next(block, next_next);
         if next_next != NONE {
             self.links.set_prev(next_next, block);
@@ -570,15 +631,20 @@ impl Engine {
         self.free_block_record(next);
     }
 
-    fn new_block_record(&mut self, segment: u32, offset: u64, size: u64) -> u32 {
-        let s = &self.segments[segment as usize];
-        let (pool, stream, base) = (s.pool, s.stream, s.base);
+    /// A free, unlinked record for the block at `offset` of the segment `of`.
+    fn new_block_record(&mut self, of: SegmentFields, offset: u64, size: u64) -> u32 {
+        debug_assert!(offset % MIN_BLOCK_SIZE == 0 && offset + size <= MAX_SEGMENT_SIZE);
+        let SegmentFields {
+            segment,
+            base,
+            stream,
+            pool,
+        } = of;
         let record = |generation| BlockRecord {
-            offset,
-            size,
             base,
             requested: 0,
-            freed_at: 0,
+            granules: (size >> 9) as u32,
+            offset_granules: (offset >> 9) as u32,
             generation,
             segment,
             stream,
@@ -631,6 +697,7 @@ impl Engine {
                     base: 0,
                     head: NONE,
                     in_use: false,
+                    idle_since: 0,
                 });
                 (self.segments.len() - 1) as u32
             }
@@ -647,8 +714,15 @@ impl Engine {
             base,
             head: NONE,
             in_use: true,
+            idle_since: self.clock,
         };
-        let head = self.new_block_record(slot, 0, size);
+        let of = SegmentFields {
+            segment: slot,
+            base,
+            stream,
+            pool,
+        };
+        let head = self.new_block_record(of, 0, size);
         self.segments[slot as usize].head = head;
         self.stats.segment.increase(pool, 1);
         self.stats.reserved_bytes.increase(pool, size);
