@@ -8,7 +8,7 @@
 //! many free blocks there are. The order it yields is exactly the order of one sorted set by
 //! (stream, size, address).
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 /// A free block's place in the index. Ordering is by stream, then size, then address, so the
 /// first entry at or after `(stream, size, 0)` is the smallest, lowest-addressed free block of
@@ -48,20 +48,22 @@ fn class_of(size: u64) -> usize {
     EXACT_CLASSES + (((octave - EXACT_CLASSES.ilog2()) as usize) << SUB_BITS) + sub
 }
 
-/// (size, address) as one integer, so that each comparison is a single `u128` compare.
+/// (size, address, block) as one integer, so that each comparison is a single `u128`
+/// compare. Addresses are unique, so the block never decides the order.
 #[inline]
-fn pack(size: u64, address: u64) -> u128 {
+fn pack(size: u64, address: u64, block: u32) -> u128 {
     debug_assert!(size < ADDRESS_LIMIT && address < ADDRESS_LIMIT);
-    (((size >> 9) as u128) << ADDRESS_BITS) | (address >> 9) as u128
+    ((((size >> 9) as u128) << ADDRESS_BITS | (address >> 9) as u128) << 32) | block as u128
 }
 
 #[inline]
-fn unpack(stream: u32, packed: u128, block: u32) -> FreeKey {
+fn unpack(stream: u32, packed: u128) -> FreeKey {
+    let granules = (packed >> 32) as u64 & ((1 << ADDRESS_BITS) - 1);
     FreeKey {
         stream,
-        size: ((packed >> ADDRESS_BITS) as u64) << 9,
-        address: ((packed as u64) & ((1 << ADDRESS_BITS) - 1)) << 9,
-        block,
+        size: ((packed >> (ADDRESS_BITS + 32)) as u64) << 9,
+        address: granules << 9,
+        block: packed as u32,
     }
 }
 
@@ -69,8 +71,8 @@ fn unpack(stream: u32, packed: u128, block: u32) -> FreeKey {
 #[derive(Debug)]
 struct StreamClasses {
     stream: u32,
-    /// Per class: packed (size, address) -> block.
-    classes: Vec<BTreeMap<u128, u32>>,
+    /// Per class: packed (size, address, block).
+    classes: Vec<BTreeSet<u128>>,
     /// Bit `c` is set while class `c` holds a block.
     occupied: [u64; BITMAP_WORDS],
 }
@@ -79,7 +81,7 @@ impl StreamClasses {
     fn new(stream: u32) -> StreamClasses {
         StreamClasses {
             stream,
-            classes: (0..CLASSES).map(|_| BTreeMap::new()).collect(),
+            classes: (0..CLASSES).map(|_| BTreeSet::new()).collect(),
             occupied: [0; BITMAP_WORDS],
         }
     }
@@ -134,25 +136,25 @@ impl StreamClasses {
     fn fits_ascending(&self, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
         let class = class_of(size);
         let stream = self.stream;
-        let own = self.classes[class].range(pack(size, 0)..);
+        let own = self.classes[class].range(pack(size, 0, 0)..);
         let above = std::iter::successors(self.occupied_from(class + 1), |&c| {
             self.occupied_from(c + 1)
         })
         .flat_map(|c| self.classes[c].iter());
-        own.chain(above).map(move |(&k, &b)| unpack(stream, k, b))
+        own.chain(above).map(move |&k| unpack(stream, k))
     }
 
     /// Blocks smaller than `size`, in descending (size, address) order.
     fn below_descending(&self, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
         let class = class_of(size);
         let stream = self.stream;
-        let own = self.classes[class].range(..pack(size, 0)).rev();
+        let own = self.classes[class].range(..pack(size, 0, 0)).rev();
         let below = std::iter::successors(
             class.checked_sub(1).and_then(|c| self.occupied_to(c)),
             |&c| c.checked_sub(1).and_then(|c| self.occupied_to(c)),
         )
         .flat_map(|c| self.classes[c].iter().rev());
-        own.chain(below).map(move |(&k, &b)| unpack(stream, k, b))
+        own.chain(below).map(move |&k| unpack(stream, k))
     }
 }
 
@@ -195,8 +197,8 @@ impl FreeIndex {
     pub fn insert(&mut self, key: FreeKey) {
         let classes = self.stream_mut(key.stream);
         let class = class_of(key.size);
-        let previous = classes.classes[class].insert(pack(key.size, key.address), key.block);
-        debug_assert!(previous.is_none(), "block {} indexed twice", key.block);
+        let inserted = classes.classes[class].insert(pack(key.size, key.address, key.block));
+        debug_assert!(inserted, "block {} indexed twice", key.block);
         classes.mark(class);
         self.len += 1;
     }
@@ -205,13 +207,8 @@ impl FreeIndex {
     pub fn remove(&mut self, key: &FreeKey) {
         let classes = self.stream_mut(key.stream);
         let class = class_of(key.size);
-        let removed = classes.classes[class].remove(&pack(key.size, key.address));
-        debug_assert_eq!(
-            removed,
-            Some(key.block),
-            "block {} was not indexed",
-            key.block
-        );
+        let removed = classes.classes[class].remove(&pack(key.size, key.address, key.block));
+        debug_assert!(removed, "block {} was not indexed", key.block);
         classes.unmark_if_empty(class);
         self.len -= 1;
     }
@@ -221,12 +218,12 @@ impl FreeIndex {
     pub fn best_fit(&self, stream: u32, size: u64) -> Option<FreeKey> {
         let classes = self.stream(stream)?;
         let class = class_of(size);
-        if let Some((&k, &b)) = classes.classes[class].range(pack(size, 0)..).next() {
-            return Some(unpack(stream, k, b));
+        if let Some(&k) = classes.classes[class].range(pack(size, 0, 0)..).next() {
+            return Some(unpack(stream, k));
         }
         let above = classes.occupied_from(class + 1)?;
-        let (&k, &b) = classes.classes[above].first_key_value()?;
-        Some(unpack(stream, k, b))
+        let &k = classes.classes[above].first()?;
+        Some(unpack(stream, k))
     }
 
     /// Free blocks of `stream` with at least `size` bytes, smallest first.
@@ -258,6 +255,7 @@ impl FreeIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn classes_are_monotonic_and_in_range() {
