@@ -70,8 +70,14 @@ impl Engine {
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut counted = super::MemoryStats::default();
         let mut indexed_free = 0usize;
+        let mut idle = Vec::new();
         for segment in self.snapshot() {
             let s = &self.segments[segment.id.0 as usize];
+            if let [only] = segment.blocks.as_slice()
+                && !only.allocated
+            {
+                idle.push((s.idle_since, segment.id.0));
+            }
             let pool = segment.pool;
             counted.segment.increase(pool, 1);
             counted.reserved_bytes.increase(pool, segment.size);
@@ -157,6 +163,18 @@ impl Engine {
                     return Err(format!("block {} indexed in the wrong pool", key.block));
                 }
             }
+        }
+        // The list holds exactly the wholly free segments, least recently idle first.
+        idle.sort_unstable();
+        let listed: Vec<(u64, u32)> = self
+            .idle
+            .iter()
+            .map(|s| (self.segments[s as usize].idle_since, s))
+            .collect();
+        if listed != idle || self.idle.len() != idle.len() {
+            return Err(format!(
+                "idle segments {idle:?} but the engine lists {listed:?}"
+            ));
         }
         let indexed = self.free_index[0].len() + self.free_index[1].len();
         if indexed != indexed_free {

@@ -109,21 +109,6 @@ fn budget_left(engine: &Engine, peak: u64) -> u64 {
     budget.saturating_sub(engine.compact.released)
 }
 
-/// Free blocks that span a whole segment, in both pools: (freed at, block, size).
-fn idle_segments(engine: &Engine) -> impl Iterator<Item = (u64, u32, u64)> + '_ {
-    [PoolKind::Large, PoolKind::Small]
-        .into_iter()
-        .flat_map(|pool| engine.free_index[pool.index()].iter())
-        .filter(|key| !engine.is_split(key.block))
-        .map(|key| {
-            (
-                engine.segments[engine.blocks[key.block as usize].segment as usize].idle_since,
-                key.block,
-                key.size,
-            )
-        })
-}
-
 /// Whether a new segment for `rounded` bytes fits under the limit, possibly after releasing
 /// idle whole segments, smallest first, within the remaining release budget.
 fn can_grow_within_slack(engine: &Engine, stream: u32, rounded: u64) -> bool {
@@ -134,7 +119,7 @@ fn can_grow_within_slack(engine: &Engine, stream: u32, rounded: u64) -> bool {
         return true;
     }
     let mut left = budget_left(engine, peak);
-    let mut idle: Vec<u64> = idle_segments(engine).map(|(_, _, size)| size).collect();
+    let mut idle: Vec<u64> = engine.idle_blocks().map(|(_, size, _)| size).collect();
     idle.sort_unstable();
     let mut freed = 0u64;
     for size in idle {
@@ -181,9 +166,8 @@ pub(super) fn make_room<S: SegmentSource + ?Sized>(
         return;
     }
     let mut left = budget_left(engine, peak);
-    let mut idle: Vec<(u64, u32, u64)> = idle_segments(engine).collect();
-    idle.sort_unstable();
-    for (_, block, size) in idle {
+    let idle: Vec<(u32, u64, PoolKind)> = engine.idle_blocks().collect();
+    for (block, size, _) in idle {
         if engine.stats.reserved_bytes.all.current + segment_size <= limit {
             break;
         }

@@ -30,6 +30,7 @@ mod check;
 mod compact;
 mod error;
 mod free_index;
+mod idle;
 mod links;
 mod release;
 pub mod rounding;
@@ -45,6 +46,7 @@ pub use stats::{MemoryStats, Stat, StatArray};
 
 use crate::config::{Backend, Config, Policy};
 use free_index::{FreeIndex, FreeKey};
+use idle::IdleList;
 use links::{BlockLinks, NONE};
 use rounding::{MIN_BLOCK_SIZE, SMALL_SIZE, round_request, segment_size_for};
 
@@ -110,7 +112,8 @@ pub(crate) struct SegmentRecord {
     pub head: u32,
     /// Whether the slot holds a segment.
     pub in_use: bool,
-    /// The engine's operation clock when the segment last became wholly free.
+    /// The engine's operation clock when the segment last became wholly free (or was
+    /// created).
     pub idle_since: u64,
 }
 
@@ -209,6 +212,9 @@ pub struct Engine {
     pub(crate) cold: Vec<BlockCold>,
     free_block_slots: Vec<u32>,
     pub(crate) free_index: [FreeIndex; 2],
+    /// Segments that hold a single free block, least recently idle first: what
+    /// `empty_cache`, garbage collection and the compact policy release.
+    pub(crate) idle: IdleList,
     pub(crate) stats: MemoryStats,
     next_base: u64,
     /// Per pool: free-block searches so far, counted while GC is active.
@@ -239,6 +245,7 @@ impl Engine {
             cold: Vec::new(),
             free_block_slots: Vec::new(),
             free_index: [FreeIndex::default(), FreeIndex::default()],
+            idle: IdleList::new(),
             stats: MemoryStats::default(),
             next_base: FIRST_BASE,
             search_count: [0, 0],
@@ -509,6 +516,10 @@ impl Engine {
             (b.segment, b.size(), b.pool)
         };
         let already_split = self.is_split(block);
+        if !already_split {
+            // A cached segment goes back to work (a new one was never idle).
+            self.idle.remove(segment);
+        }
         let split =
             self.config.backend == Backend::Native && self.should_split(pool, block_size, rounded);
         if split {
@@ -604,6 +615,7 @@ impl Engine {
         if !self.is_split(block) {
             let segment = self.blocks[block as usize].segment;
             self.segments[segment as usize].idle_since = self.clock;
+            self.idle.push_back(segment);
         }
         let key = self.key_of(block);
         self.free_index[pool.index()].insert(key);
@@ -784,6 +796,8 @@ impl Engine {
             (s.size, s.pool)
         };
         self.free_index[pool.index()].remove(&key);
+        let was_idle = self.idle.remove(segment);
+        debug_assert!(was_idle, "segment {segment} released while not idle");
         self.free_block_record(block);
         self.segments[segment as usize].in_use = false;
         self.free_segment_slots.push(segment);
@@ -794,6 +808,15 @@ impl Engine {
         if self.is_oversize(size) {
             self.stats.oversize_segments.decrease(1);
         }
+    }
+
+    /// The free blocks that span a whole segment, least recently idle first:
+    /// (block, size, pool).
+    pub(crate) fn idle_blocks(&self) -> impl Iterator<Item = (u32, u64, PoolKind)> + '_ {
+        self.idle.iter().map(|segment| {
+            let s = &self.segments[segment as usize];
+            (s.head, s.size, s.pool)
+        })
     }
 
     /// The size of a new segment for a rounded request under this engine's settings.

@@ -68,10 +68,10 @@ impl Engine {
         let large = PoolKind::Large.index();
         let now = self.search_count[large];
         // Ages are fixed during one collection: no searches happen inside it.
-        let mut candidates: Vec<(u32, u64, u64)> = self.free_index[large]
-            .iter()
-            .filter(|k| !self.is_split(k.block))
-            .map(|k| (k.block, k.size, now - self.cold[k.block as usize].gc_base))
+        let mut candidates: Vec<(u32, u64, u64)> = self
+            .idle_blocks()
+            .filter(|&(_, _, pool)| pool == PoolKind::Large)
+            .map(|(block, size, _)| (block, size, now - self.cold[block as usize].gc_base))
             .collect();
         let mut total_age: u64 = candidates.iter().map(|c| c.2).sum();
         let mut reclaimed = 0u64;
@@ -137,15 +137,9 @@ impl Engine {
 
     /// Releases every free block that spans a whole segment, in both pools.
     pub(super) fn release_cached_blocks<S: SegmentSource + ?Sized>(&mut self, source: &mut S) {
-        for pool in [PoolKind::Large, PoolKind::Small] {
-            let whole: Vec<u32> = self.free_index[pool.index()]
-                .iter()
-                .filter(|k| !self.is_split(k.block))
-                .map(|k| k.block)
-                .collect();
-            for block in whole {
-                self.release_block(block, source);
-            }
+        let whole: Vec<u32> = self.idle_blocks().map(|(block, _, _)| block).collect();
+        for block in whole {
+            self.release_block(block, source);
         }
     }
 }
