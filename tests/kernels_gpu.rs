@@ -3,6 +3,8 @@
 //!
 //! These tests need an adapter and fail, saying how to install one, when there is none.
 
+mod common;
+
 use wgpool::bench::half::{f16_bits_from_f32, f32_from_f16_bits};
 use wgpool::bench::rng::SplitMix64;
 use wgpool::gpu::timing::{RunCounts, Timer, TimingMethod};
@@ -12,16 +14,6 @@ use wgpool::kernels::{
     Access, Dtype, Kernel, KernelCall, KernelError, KernelOptions, Kernels, Operand, checksum,
     pattern_word,
 };
-
-fn context() -> GpuContext {
-    match GpuContext::headless(&HeadlessOptions::default()) {
-        Ok(ctx) => ctx,
-        Err(error) => panic!(
-            "GPU tests need an adapter and found none usable: {error}\n\
-             (CI installs lavapipe: apt-get install -y mesa-vulkan-drivers libvulkan1, and sets WGPU_BACKEND=vulkan)"
-        ),
-    }
-}
 
 /// Byte value of the guard pattern that fills every buffer before a kernel runs.
 const GUARD: u8 = 0xA5;
@@ -99,19 +91,19 @@ const F32_COUNTS: [usize; 4] = [4096, 4097, 4098, 1027];
 
 #[test]
 fn stream_f32_kernels_in_one_shared_buffer_match_the_cpu() {
-    let ctx = context();
+    let ctx = common::gpu();
     let kernels = Kernels::new(ctx.device(), ctx.queue());
     for count in F32_COUNTS {
         let size = count as u64 * 4;
         let (offsets, total) = layout(3, size);
-        let shared = buffer(&ctx, total);
+        let shared = buffer(ctx, total);
         let op = |i: usize| Operand::new(&shared, offsets[i], size);
         let x = random_f32(1, count);
         let y = random_f32(2, count);
         let put =
-            |i: usize, data: &[f32]| write(&ctx, &shared, offsets[i], bytemuck::cast_slice(data));
+            |i: usize, data: &[f32]| write(ctx, &shared, offsets[i], bytemuck::cast_slice(data));
         let get = |i: usize| {
-            let all = read(&ctx, &shared);
+            let all = read(ctx, &shared);
             let start = offsets[i] as usize;
             (f32s(&all[start..start + size as usize]), all)
         };
@@ -168,10 +160,10 @@ fn stream_f32_kernels_in_one_shared_buffer_match_the_cpu() {
 
 #[test]
 fn inputs_sharing_the_output_buffer_compile_read_write_and_separate_buffers_read_only() {
-    let ctx = context();
+    let ctx = common::gpu();
     let kernels = Kernels::new(ctx.device(), ctx.queue());
-    let shared = buffer(&ctx, 8192);
-    let other = buffer(&ctx, 8192);
+    let shared = buffer(ctx, 8192);
+    let other = buffer(ctx, 8192);
     let same = kernels
         .prepare(&KernelCall::copy(
             Dtype::F32,
@@ -192,16 +184,16 @@ fn inputs_sharing_the_output_buffer_compile_read_write_and_separate_buffers_read
 
 #[test]
 fn scale_in_place_on_the_same_range_is_allowed_and_correct() {
-    let ctx = context();
+    let ctx = common::gpu();
     let kernels = Kernels::new(ctx.device(), ctx.queue());
-    let shared = buffer(&ctx, 4096);
+    let shared = buffer(ctx, 4096);
     let x = random_f32(3, 255);
-    write(&ctx, &shared, 1024, bytemuck::cast_slice(&x));
+    write(ctx, &shared, 1024, bytemuck::cast_slice(&x));
     let block = Operand::new(&shared, 1024, 255 * 4);
     kernels
         .run(&KernelCall::scale(block, -2.0, block))
         .expect("in-place scale");
-    let all = read(&ctx, &shared);
+    let all = read(ctx, &shared);
     let want: Vec<f32> = x.iter().map(|v| -2.0 * v).collect();
     assert_eq!(f32s(&all[1024..1024 + 255 * 4]), want);
     assert_guard_outside(&all, &[(1024, 255 * 4)], "in-place scale");
@@ -209,16 +201,16 @@ fn scale_in_place_on_the_same_range_is_allowed_and_correct() {
 
 #[test]
 fn fill_and_fill_pattern_write_exactly_their_operand() {
-    let ctx = context();
+    let ctx = common::gpu();
     let kernels = Kernels::new(ctx.device(), ctx.queue());
     for words_count in [1usize, 3, 4, 1001, 4096] {
         let size = words_count as u64 * 4;
-        let shared = buffer(&ctx, size + 2048);
+        let shared = buffer(ctx, size + 2048);
         let block = Operand::new(&shared, 1024, size);
         kernels
             .run(&KernelCall::fill(block, 1.5f32.to_bits()))
             .expect("fill");
-        let all = read(&ctx, &shared);
+        let all = read(ctx, &shared);
         let got = words(&all[1024..1024 + size as usize]);
         assert!(
             got.iter().all(|&w| w == 1.5f32.to_bits()),
@@ -229,7 +221,7 @@ fn fill_and_fill_pattern_write_exactly_their_operand() {
         kernels
             .run(&KernelCall::fill_pattern(block, 77))
             .expect("fill_pattern");
-        let all = read(&ctx, &shared);
+        let all = read(ctx, &shared);
         let got = words(&all[1024..1024 + size as usize]);
         let want: Vec<u32> = (0..words_count as u32)
             .map(|i| pattern_word(77, i))
@@ -241,20 +233,20 @@ fn fill_and_fill_pattern_write_exactly_their_operand() {
 
 #[test]
 fn checksum_and_compare_match_the_cpu() {
-    let ctx = context();
+    let ctx = common::gpu();
     let kernels = Kernels::new(ctx.device(), ctx.queue());
     let count = 5003usize;
     let size = count as u64 * 4;
     let (offsets, total) = layout(2, size);
-    let shared = buffer(&ctx, total);
+    let shared = buffer(ctx, total);
     let mut rng = SplitMix64::new(9);
     let data: Vec<u32> = (0..count).map(|_| rng.next_u64() as u32).collect();
-    write(&ctx, &shared, offsets[0], bytemuck::cast_slice(&data));
+    write(ctx, &shared, offsets[0], bytemuck::cast_slice(&data));
     let mut changed = data.clone();
     for &i in &[0usize, 17, 4999, 5000, 5002] {
         changed[i] ^= 1 << (i % 32);
     }
-    write(&ctx, &shared, offsets[1], bytemuck::cast_slice(&changed));
+    write(ctx, &shared, offsets[1], bytemuck::cast_slice(&changed));
     let x = Operand::new(&shared, offsets[0], size);
     let y = Operand::new(&shared, offsets[1], size);
     assert_eq!(kernels.checksum(x).expect("checksum"), checksum(&data, 0));
@@ -269,21 +261,21 @@ fn checksum_and_compare_match_the_cpu() {
 
 #[test]
 fn moves_within_one_buffer_and_between_buffers_are_exact() {
-    let ctx = context();
+    let ctx = common::gpu();
     let kernels = Kernels::new(ctx.device(), ctx.queue());
     let size = 64 * 1024 + 12; // vec4 bulk plus a 3-word tail
     let mut rng = SplitMix64::new(5);
     let data: Vec<u8> = (0..size).map(|_| rng.next_u64() as u8).collect();
 
-    let segment = buffer(&ctx, 256 * 1024);
-    write(&ctx, &segment, 512, &data);
+    let segment = buffer(ctx, 256 * 1024);
+    write(ctx, &segment, 512, &data);
     kernels
         .move_bytes(
             Operand::new(&segment, 512, size),
             Operand::new(&segment, 128 * 1024, size),
         )
         .expect("move inside one buffer");
-    let all = read(&ctx, &segment);
+    let all = read(ctx, &segment);
     assert_eq!(&all[128 * 1024..128 * 1024 + size as usize], &data[..]);
     assert_eq!(
         &all[512..512 + size as usize],
@@ -296,21 +288,21 @@ fn moves_within_one_buffer_and_between_buffers_are_exact() {
         "move inside one buffer",
     );
 
-    let other = buffer(&ctx, 128 * 1024);
+    let other = buffer(ctx, 128 * 1024);
     kernels
         .move_bytes(
             Operand::new(&segment, 128 * 1024, size),
             Operand::new(&other, 1536, size),
         )
         .expect("move between buffers");
-    let all = read(&ctx, &other);
+    let all = read(ctx, &other);
     assert_eq!(&all[1536..1536 + size as usize], &data[..]);
     assert_guard_outside(&all, &[(1536, size)], "move between buffers");
 }
 
 #[test]
 fn operands_larger_than_the_binding_window_are_processed_fully() {
-    let ctx = context();
+    let ctx = common::gpu();
     let granule = u64::from(ctx.limits().min_storage_buffer_offset_alignment).max(16);
     let window = 4 * granule.max(256);
     let kernels = Kernels::with_options(
@@ -327,20 +319,20 @@ fn operands_larger_than_the_binding_window_are_processed_fully() {
     let count = (10 * window / 4 + 1) as usize;
     let size = count as u64 * 4;
     let (offsets, total) = layout(3, size);
-    let shared = buffer(&ctx, total);
+    let shared = buffer(ctx, total);
     let op = |i: usize| Operand::new(&shared, offsets[i], size);
     let ranges: Vec<(u64, u64)> = offsets.iter().map(|&o| (o, size)).collect();
     let x = random_f32(11, count);
     let y = random_f32(12, count);
-    write(&ctx, &shared, offsets[0], bytemuck::cast_slice(&x));
-    write(&ctx, &shared, offsets[1], bytemuck::cast_slice(&y));
+    write(ctx, &shared, offsets[0], bytemuck::cast_slice(&x));
+    write(ctx, &shared, offsets[1], bytemuck::cast_slice(&y));
 
     let prepared = kernels
         .prepare(&KernelCall::add(op(0), op(1), op(2)))
         .expect("add");
     assert_eq!(prepared.dispatches(), 11);
     kernels.submit(&prepared).expect("submit");
-    let all = read(&ctx, &shared);
+    let all = read(ctx, &shared);
     let start = offsets[2] as usize;
     let want: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a + b).collect();
     assert_eq!(
@@ -353,7 +345,7 @@ fn operands_larger_than_the_binding_window_are_processed_fully() {
     kernels
         .run(&KernelCall::fill_pattern(op(2), 3))
         .expect("pattern");
-    let all = read(&ctx, &shared);
+    let all = read(ctx, &shared);
     let got = words(&all[start..start + size as usize]);
     let want: Vec<u32> = (0..count as u32).map(|i| pattern_word(3, i)).collect();
     assert_eq!(got, want, "windowed fill_pattern keeps global word indices");
@@ -366,17 +358,17 @@ fn operands_larger_than_the_binding_window_are_processed_fully() {
 
     kernels.move_bytes(op(2), op(1)).expect("windowed move");
     assert_eq!(kernels.count_mismatches(op(1), op(2)).expect("compare"), 0);
-    let all = read(&ctx, &shared);
+    let all = read(ctx, &shared);
     assert_guard_outside(&all, &ranges, "windowed move");
 }
 
 #[test]
 fn f16_copy_and_triad_match_the_cpu_when_the_device_has_shader_f16() {
-    let ctx = context();
+    let ctx = common::gpu();
     let kernels = Kernels::new(ctx.device(), ctx.queue());
     if !ctx.features().contains(wgpu::Features::SHADER_F16) {
         // The refusal is the behaviour to check on such devices.
-        let shared = buffer(&ctx, 4096);
+        let shared = buffer(ctx, 4096);
         let err = kernels
             .prepare(&KernelCall::copy(
                 Dtype::F16,
@@ -395,7 +387,7 @@ fn f16_copy_and_triad_match_the_cpu_when_the_device_has_shader_f16() {
     let count = 2046usize; // 511 vec4 plus a 2-element tail
     let size = count as u64 * 2;
     let (offsets, total) = layout(3, size);
-    let shared = buffer(&ctx, total);
+    let shared = buffer(ctx, total);
     let op = |i: usize| Operand::new(&shared, offsets[i], size);
     let mut rng = SplitMix64::new(21);
     let b: Vec<u16> = (0..count)
@@ -404,14 +396,14 @@ fn f16_copy_and_triad_match_the_cpu_when_the_device_has_shader_f16() {
     let c: Vec<u16> = (0..count)
         .map(|_| f16_bits_from_f32(rng.next_unit_f32()))
         .collect();
-    write(&ctx, &shared, offsets[0], bytemuck::cast_slice(&b));
-    write(&ctx, &shared, offsets[1], bytemuck::cast_slice(&c));
+    write(ctx, &shared, offsets[0], bytemuck::cast_slice(&b));
+    write(ctx, &shared, offsets[1], bytemuck::cast_slice(&c));
     let ranges: Vec<(u64, u64)> = offsets.iter().map(|&o| (o, size)).collect();
 
     kernels
         .run(&KernelCall::copy(Dtype::F16, op(0), op(2)))
         .expect("copy f16");
-    let all = read(&ctx, &shared);
+    let all = read(ctx, &shared);
     let start = offsets[2] as usize;
     let got: Vec<u16> = bytemuck::pod_collect_to_vec(&all[start..start + size as usize]);
     assert_eq!(got, b, "copy f16");
@@ -421,7 +413,7 @@ fn f16_copy_and_triad_match_the_cpu_when_the_device_has_shader_f16() {
     kernels
         .run(&KernelCall::triad(Dtype::F16, op(0), op(1), s, op(2)))
         .expect("triad f16");
-    let all = read(&ctx, &shared);
+    let all = read(ctx, &shared);
     let got: Vec<f32> = bytemuck::pod_collect_to_vec::<u8, u16>(&all[start..start + size as usize])
         .into_iter()
         .map(f32_from_f16_bits)
@@ -441,9 +433,9 @@ fn f16_copy_and_triad_match_the_cpu_when_the_device_has_shader_f16() {
 
 #[test]
 fn bad_operands_are_refused_with_errors_naming_the_operand() {
-    let ctx = context();
+    let ctx = common::gpu();
     let kernels = Kernels::new(ctx.device(), ctx.queue());
-    let shared = buffer(&ctx, 8192);
+    let shared = buffer(ctx, 8192);
     let alignment = kernels.offset_alignment();
     let op = |offset, size| Operand::new(&shared, offset, size);
 
@@ -615,22 +607,22 @@ fn bad_operands_are_refused_with_errors_naming_the_operand() {
 
 #[test]
 fn empty_operands_do_nothing_and_reduce_to_zero() {
-    let ctx = context();
+    let ctx = common::gpu();
     let kernels = Kernels::new(ctx.device(), ctx.queue());
-    let shared = buffer(&ctx, 1024);
+    let shared = buffer(ctx, 1024);
     let empty = Operand::new(&shared, 512, 0);
     kernels
         .run(&KernelCall::fill(empty, 0))
         .expect("empty fill");
     assert_eq!(kernels.checksum(empty).expect("empty checksum"), 0);
-    assert!(read(&ctx, &shared).iter().all(|&b| b == GUARD));
+    assert!(read(ctx, &shared).iter().all(|&b| b == GUARD));
 }
 
 #[test]
 fn timer_returns_positive_samples_for_every_timed_run() {
-    let ctx = context();
+    let ctx = common::gpu();
     let kernels = Kernels::new(ctx.device(), ctx.queue());
-    let shared = buffer(&ctx, 1 << 20);
+    let shared = buffer(ctx, 1 << 20);
     let prepared = kernels
         .prepare(&KernelCall::move_bytes(
             Operand::new(&shared, 0, 1 << 19),
@@ -671,7 +663,7 @@ fn timer_returns_positive_samples_for_every_timed_run() {
 
 #[test]
 fn vulkan_adapters_report_memory_heaps() {
-    let ctx = context();
+    let ctx = common::gpu();
     let info = ctx.memory_info();
     if ctx.info().backend != wgpu::Backend::Vulkan {
         assert!(info.is_none(), "memory info is Vulkan-only");
@@ -689,11 +681,14 @@ fn vulkan_adapters_report_memory_heaps() {
 
 #[test]
 fn unknown_adapter_name_is_an_error_listing_the_adapters() {
-    let err = GpuContext::headless(&HeadlessOptions {
-        adapter_name: Some("no such adapter 7f3a".into()),
-        ..HeadlessOptions::default()
-    })
-    .expect_err("no adapter has that name");
+    // An instance and its adapters, created while no test creates a device.
+    let err = common::own(|| {
+        GpuContext::headless(&HeadlessOptions {
+            adapter_name: Some("no such adapter 7f3a".into()),
+            ..HeadlessOptions::default()
+        })
+        .expect_err("no adapter has that name")
+    });
     let text = err.to_string();
     assert!(text.contains("no such adapter 7f3a"), "{text}");
     assert!(text.contains("available adapters"), "{text}");
@@ -705,7 +700,7 @@ fn unknown_adapter_name_is_an_error_listing_the_adapters() {
 #[test]
 fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
     use wgpool::bench::{BenchConfig, default_sources, run_bench};
-    let ctx = context();
+    let ctx = common::gpu();
     let config = BenchConfig {
         size_bytes: 64 * 1024 + 48, // not a power of two: exercises the tails too
         counts: RunCounts::new(1, 10),
@@ -715,13 +710,13 @@ fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
         kernel_options: KernelOptions::default(),
     };
     let mut steps = 0;
-    let mut sources = default_sources(&ctx).expect("placements");
+    let mut sources = default_sources(ctx).expect("placements");
     let placements = sources.len();
     assert_eq!(
         placements, 3,
         "raw, pool and host (lavapipe has MAPPABLE_PRIMARY_BUFFERS)"
     );
-    let report = run_bench(&ctx, &config, &mut sources, &mut |event| {
+    let report = run_bench(ctx, &config, &mut sources, &mut |event| {
         if let wgpool::bench::BenchEvent::Step { .. } = event {
             steps += 1;
         }
@@ -804,7 +799,7 @@ fn wgpool(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn cli_rejects_bad_bench_and_info_input_with_exit_code_2() {
-    let _ = context(); // fail with the install hint, not an odd exit code, when there is no adapter
+    let _ = common::gpu(); // fail with the install hint, not an odd exit code, when there is no adapter
     for (args, needle) in [
         (&["bench", "--runs", "3"][..], "at least 10"),
         (&["bench", "--size-mb", "0"][..], "--size-mb 0"),
@@ -831,7 +826,7 @@ fn cli_rejects_bad_bench_and_info_input_with_exit_code_2() {
 
 #[test]
 fn cli_info_json_lists_adapters_with_limits_and_memory() {
-    let ctx = context();
+    let ctx = common::gpu();
     let out = wgpool(&["info", "--json"]);
     assert!(
         out.status.success(),
@@ -865,7 +860,7 @@ fn cli_info_json_lists_adapters_with_limits_and_memory() {
 
 #[test]
 fn cli_bench_kernels_subset_prints_a_table() {
-    let _ = context();
+    let _ = common::gpu();
     let out = wgpool(&[
         "bench",
         "--quick",

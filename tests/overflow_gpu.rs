@@ -3,20 +3,13 @@
 //!
 //! These tests need an adapter and fail, saying how to install one, when there is none.
 
+mod common;
+
 use wgpool::config::Config;
 use wgpool::engine::AllocError;
-use wgpool::gpu::{GpuContext, HeadlessOptions};
+use wgpool::gpu::GpuContext;
 use wgpool::kernels::{Dtype, KernelCall, Kernels, pattern_word};
 use wgpool::pool::{BindingError, Block, MoveError, Pool, Residency};
-
-fn context() -> GpuContext {
-    GpuContext::headless(&HeadlessOptions::default()).unwrap_or_else(|error| {
-        panic!(
-            "GPU tests need an adapter and found none usable: {error}\n\
-             (install lavapipe: apt-get install -y mesa-vulkan-drivers libvulkan1; set WGPU_BACKEND=vulkan)"
-        )
-    })
-}
 
 /// A device opened without `MAPPABLE_PRIMARY_BUFFERS`, as on adapters that lack it.
 fn device_without_mappable_primary(gpu: &GpuContext) -> (wgpu::Device, wgpu::Queue) {
@@ -40,14 +33,14 @@ fn pattern(seed: u32, bytes: u64) -> Vec<u8> {
 
 #[test]
 fn allocations_over_a_full_cap_overflow_to_host_and_kernels_still_work() {
-    let gpu = context();
+    let gpu = common::gpu();
     assert!(
         gpu.features()
             .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS),
         "lavapipe and NVIDIA have MAPPABLE_PRIMARY_BUFFERS; this test expects it"
     );
     let pool = Pool::from_context(
-        &gpu,
+        gpu,
         Config::parse("memory_limit_mb:40,overflow:host").unwrap(),
     )
     .unwrap();
@@ -110,8 +103,8 @@ fn allocations_over_a_full_cap_overflow_to_host_and_kernels_still_work() {
 
 #[test]
 fn a_hundred_offload_prefetch_cycles_keep_every_byte() {
-    let gpu = context();
-    let pool = Pool::from_context(&gpu, Config::default()).unwrap();
+    let gpu = common::gpu();
+    let pool = Pool::from_context(gpu, Config::default()).unwrap();
     let sizes = [
         512u64,
         1000,
@@ -187,8 +180,8 @@ fn a_hundred_offload_prefetch_cycles_keep_every_byte() {
 
 #[test]
 fn offload_frees_device_memory_and_prefetch_reports_a_full_device() {
-    let gpu = context();
-    let pool = Pool::from_context(&gpu, Config::parse("memory_limit_mb:24").unwrap()).unwrap();
+    let gpu = common::gpu();
+    let pool = Pool::from_context(gpu, Config::parse("memory_limit_mb:24").unwrap()).unwrap();
     let mut first = pool.alloc(16 << 20).unwrap();
     pool.write(&first, &pattern(1, 16 << 20)).unwrap();
     assert!(
@@ -219,7 +212,7 @@ fn offload_frees_device_memory_and_prefetch_reports_a_full_device() {
     pool.prefetch(&mut first).unwrap();
     assert_eq!(first.residency(), Residency::Device);
     assert_eq!(pool.read(&first).unwrap(), pattern(1, 16 << 20));
-    let other = Pool::from_context(&gpu, Config::default()).unwrap();
+    let other = Pool::from_context(gpu, Config::default()).unwrap();
     assert!(
         matches!(other.offload(&mut first), Err(MoveError::Copy(_))),
         "blocks move only within their pool"
@@ -228,9 +221,10 @@ fn offload_frees_device_memory_and_prefetch_reports_a_full_device() {
 
 #[test]
 fn without_mappable_primary_buffers_offloaded_blocks_must_be_prefetched_before_binding() {
-    let gpu = context();
-    let (device, queue) = device_without_mappable_primary(&gpu);
-    let pool = Pool::new(&device, &queue, Config::default()).unwrap();
+    let gpu = common::gpu();
+    let second = common::own(|| device_without_mappable_primary(gpu));
+    let (device, queue) = &*second;
+    let pool = Pool::new(device, queue, Config::default()).unwrap();
     let mut block = pool.alloc(300_000).unwrap();
     let data = pattern(42, 300_000);
     pool.write(&block, &data).unwrap();

@@ -4,21 +4,14 @@
 //!
 //! These tests need an adapter and fail, saying how to install one, when there is none.
 
+mod common;
+
 use wgpool::config::Config;
 use wgpool::engine::AllocError;
 use wgpool::gpu::transfer::{read_region, write_region};
 use wgpool::gpu::{GpuContext, HeadlessOptions};
 use wgpool::kernels::{Dtype, KernelCall, Kernels, pattern_word};
 use wgpool::pool::{BindingError, Block, Pool, PoolError, PoolOptions};
-
-fn context() -> GpuContext {
-    GpuContext::headless(&HeadlessOptions::default()).unwrap_or_else(|error| {
-        panic!(
-            "GPU tests need an adapter and found none usable: {error}\n\
-             (install lavapipe: apt-get install -y mesa-vulkan-drivers libvulkan1; set WGPU_BACKEND=vulkan)"
-        )
-    })
-}
 
 fn pool(gpu: &GpuContext, conf: &str) -> Pool {
     Pool::from_context(gpu, Config::parse(conf).unwrap()).unwrap()
@@ -32,8 +25,8 @@ const GUARD: u8 = 0x5A;
 
 #[test]
 fn blocks_sharing_a_segment_keep_their_own_bytes() {
-    let gpu = context();
-    let pool = pool(&gpu, "policy:pytorch");
+    let gpu = common::gpu();
+    let pool = pool(gpu, "policy:pytorch");
     let kernels = Kernels::new(gpu.device(), gpu.queue());
     // Small-pool blocks of several sizes: all land in one 2 MiB segment.
     let sizes = [
@@ -90,8 +83,8 @@ fn blocks_sharing_a_segment_keep_their_own_bytes() {
 
 #[test]
 fn reuse_after_free_follows_submission_order() {
-    let gpu = context();
-    let pool = pool(&gpu, "policy:pytorch");
+    let gpu = common::gpu();
+    let pool = pool(gpu, "policy:pytorch");
     let kernels = Kernels::new(gpu.device(), gpu.queue());
     let size = 256 << 10;
     let a = pool.alloc(size).unwrap();
@@ -129,8 +122,8 @@ fn reuse_after_free_follows_submission_order() {
 
 #[test]
 fn out_of_memory_under_a_cap_is_an_error_and_the_pool_recovers() {
-    let gpu = context();
-    let pool = pool(&gpu, "memory_limit_mb:64");
+    let gpu = common::gpu();
+    let pool = pool(gpu, "memory_limit_mb:64");
     let first = pool.alloc(40 << 20).unwrap();
     let error = pool.alloc(40 << 20).unwrap_err();
     let AllocError::OutOfMemory(oom) = &error else {
@@ -163,7 +156,10 @@ fn out_of_memory_under_a_cap_is_an_error_and_the_pool_recovers() {
 
 #[test]
 fn empty_cache_destroys_unused_segments() {
-    let gpu = context();
+    // A device of its own: the test compares wgpu's device-wide allocator report.
+    let gpu = common::own(|| {
+        GpuContext::headless(&HeadlessOptions::default()).expect("the shared device's adapter")
+    });
     let pool = pool(&gpu, "");
     let keep = pool.alloc(3 << 20).unwrap();
     let cached: Vec<Block> = (0..4).map(|_| pool.alloc(24 << 20).unwrap()).collect();
@@ -211,8 +207,8 @@ fn empty_cache_destroys_unused_segments() {
 
 #[test]
 fn many_threads_allocate_and_free_concurrently() {
-    let gpu = context();
-    let pool = pool(&gpu, "");
+    let gpu = common::gpu();
+    let pool = pool(gpu, "");
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
             let pool = pool.clone();
@@ -277,8 +273,8 @@ fn many_threads_allocate_and_free_concurrently() {
 
 #[test]
 fn bad_requests_are_clear_errors() {
-    let gpu = context();
-    let pool = pool(&gpu, "");
+    let gpu = common::gpu();
+    let pool = pool(gpu, "");
     assert_eq!(pool.alloc(0).unwrap_err(), AllocError::ZeroSize);
     let max = gpu.limits().max_buffer_size;
     let error = pool.alloc(max + 1).unwrap_err();
@@ -313,7 +309,7 @@ fn bad_requests_are_clear_errors() {
     assert!(matches!(refused, Err(PoolError::Usage { .. })));
     // A fraction needs the device size; lavapipe reports it through Vulkan, so this works.
     let fraction = Pool::from_context(
-        &gpu,
+        gpu,
         Config::parse("per_process_memory_fraction:0.5").unwrap(),
     )
     .unwrap();
@@ -329,8 +325,8 @@ fn pool_and_block_are_send_and_sync() {
 
 #[test]
 fn reuse_cache_keeps_statistics_exact_and_blocks_outlive_the_pool() {
-    let gpu = context();
-    let pool = pool(&gpu, "policy:pytorch");
+    let gpu = common::gpu();
+    let pool = pool(gpu, "policy:pytorch");
     let first = pool.alloc(3000).unwrap();
     let (buffer, offset) = (first.buffer().clone(), first.offset());
     drop(first);

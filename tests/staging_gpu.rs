@@ -5,22 +5,15 @@
 //!
 //! These tests need an adapter and fail, saying how to install one, when there is none.
 
+mod common;
+
 use wgpool::bench::transfers::{TransferBenchConfig, measure_transfers};
 use wgpool::config::Config;
+use wgpool::gpu::GpuContext;
 use wgpool::gpu::timing::RunCounts;
 use wgpool::gpu::transfer::{read_region, write_region};
-use wgpool::gpu::{GpuContext, HeadlessOptions};
 use wgpool::pool::{Block, Pool, PoolOptions};
 use wgpool::staging::{StagingError, StagingOptions, StagingPool};
-
-fn context() -> GpuContext {
-    GpuContext::headless(&HeadlessOptions::default()).unwrap_or_else(|error| {
-        panic!(
-            "GPU tests need an adapter and found none usable: {error}\n\
-             (install lavapipe: apt-get install -y mesa-vulkan-drivers libvulkan1; set WGPU_BACKEND=vulkan)"
-        )
-    })
-}
 
 fn pool(gpu: &GpuContext) -> Pool {
     Pool::from_context(gpu, Config::parse("policy:pytorch").unwrap()).unwrap()
@@ -94,8 +87,8 @@ fn check_segment(gpu: &GpuContext, block: &Block, expected: &[u8], context: &str
 
 #[test]
 fn round_trips_of_many_sizes_are_byte_exact_at_non_zero_offsets() {
-    let gpu = context();
-    let pool = pool(&gpu);
+    let gpu = common::gpu();
+    let pool = pool(gpu);
     let staging = staging(&pool);
     let sizes: [usize; 22] = [
         1,
@@ -131,11 +124,11 @@ fn round_trips_of_many_sizes_are_byte_exact_at_non_zero_offsets() {
         let _after = pool.alloc(4096).unwrap();
         assert!(block.offset() > 0, "size {size}: block at offset 0");
         assert_eq!(before.buffer(), block.buffer(), "size {size}: same segment");
-        guard_segment(&gpu, &block);
+        guard_segment(gpu, &block);
 
         let data = pattern(seed, size);
         staging.upload(&block, &data).unwrap();
-        check_segment(&gpu, &block, &data, &format!("upload of {size} bytes"));
+        check_segment(gpu, &block, &data, &format!("upload of {size} bytes"));
 
         assert_eq!(
             staging.download(&block).unwrap(),
@@ -157,12 +150,7 @@ fn round_trips_of_many_sizes_are_byte_exact_at_non_zero_offsets() {
             staging.upload_async(&block, &new).unwrap().wait().unwrap();
             let mut expected = data.clone();
             expected[..head].copy_from_slice(&new);
-            check_segment(
-                &gpu,
-                &block,
-                &expected,
-                &format!("partial upload of {size}"),
-            );
+            check_segment(gpu, &block, &expected, &format!("partial upload of {size}"));
         }
 
         // Through a staging buffer filled in place, and a readback buffer read in place.
@@ -171,7 +159,7 @@ fn round_trips_of_many_sizes_are_byte_exact_at_non_zero_offsets() {
         buffer.write_at(0, &data).unwrap();
         staging.upload_from(&mut buffer, &block).unwrap();
         buffer.wait().unwrap();
-        check_segment(&gpu, &block, &data, &format!("staging buffer of {size}"));
+        check_segment(gpu, &block, &data, &format!("staging buffer of {size}"));
         let mut readback = staging.alloc_readback_buffer(size as u64).unwrap();
         staging.download_to_readback(&block, &mut readback).unwrap();
         assert!(*readback.view().unwrap() == *data, "readback of {size}");
@@ -184,8 +172,8 @@ fn round_trips_of_many_sizes_are_byte_exact_at_non_zero_offsets() {
 
 #[test]
 fn staging_buffers_are_reused_not_recreated() {
-    let gpu = context();
-    let pool = pool(&gpu);
+    let gpu = common::gpu();
+    let pool = pool(gpu);
     let staging = staging(&pool);
     let block = pool.alloc(40_000).unwrap();
     let rounds = 30;
@@ -247,8 +235,8 @@ fn staging_buffers_are_reused_not_recreated() {
 
 #[test]
 fn the_cache_keeps_at_most_max_cached_bytes() {
-    let gpu = context();
-    let pool = pool(&gpu);
+    let gpu = common::gpu();
+    let pool = pool(gpu);
     let staging = StagingPool::from_pool(
         &pool,
         StagingOptions {
@@ -311,17 +299,17 @@ fn scratch(gpu: &GpuContext) -> [wgpu::Buffer; 2] {
 
 #[test]
 fn an_upload_in_flight_is_not_corrupted_by_a_later_upload_of_the_same_class() {
-    let gpu = context();
-    let pool = pool(&gpu);
+    let gpu = common::gpu();
+    let pool = pool(gpu);
     let staging = staging(&pool);
-    let scratch = scratch(&gpu);
+    let scratch = scratch(gpu);
     let mut overlapped = 0;
     for round in 0..8u32 {
         let x = pool.alloc(30_000).unwrap();
         let y = pool.alloc(30_000).unwrap();
         let a = pattern(round * 2 + 1, 30_000);
         let b = pattern(round * 2 + 2, 30_000);
-        occupy_gpu(&gpu, &scratch);
+        occupy_gpu(gpu, &scratch);
         let ticket_a = staging.upload_async(&x, &a).unwrap();
         let ticket_b = staging.upload_async(&y, &b).unwrap();
         let stats = staging.stats();
@@ -350,7 +338,7 @@ fn an_upload_in_flight_is_not_corrupted_by_a_later_upload_of_the_same_class() {
     let y = pool.alloc(700_000).unwrap();
     let a = pattern(91, 700_000);
     let b = pattern(92, 700_000);
-    occupy_gpu(&gpu, &scratch);
+    occupy_gpu(gpu, &scratch);
     let ticket_a = one.upload_async(&x, &a).unwrap();
     let ticket_b = one.upload_async(&y, &b).unwrap();
     drop(ticket_a); // dropping a ticket leaves the upload to finish on its own
@@ -362,10 +350,10 @@ fn an_upload_in_flight_is_not_corrupted_by_a_later_upload_of_the_same_class() {
 
 #[test]
 fn a_download_in_flight_is_not_corrupted_by_later_transfers() {
-    let gpu = context();
-    let pool = pool(&gpu);
+    let gpu = common::gpu();
+    let pool = pool(gpu);
     let staging = staging(&pool);
-    let scratch = scratch(&gpu);
+    let scratch = scratch(gpu);
     for round in 0..6u32 {
         let size = [30_000usize, 200_003][round as usize % 2];
         let x = pool.alloc(size as u64).unwrap();
@@ -374,7 +362,7 @@ fn a_download_in_flight_is_not_corrupted_by_later_transfers() {
         let b = pattern(round * 3 + 2, size);
         staging.upload(&x, &a).unwrap();
         staging.upload(&y, &b).unwrap();
-        occupy_gpu(&gpu, &scratch);
+        occupy_gpu(gpu, &scratch);
         let ticket_x = staging.download_async(&x).unwrap();
         let ticket_y = staging.download_async(&y).unwrap();
         // X changes after its download was submitted: the ticket holds X as it was.
@@ -401,17 +389,17 @@ fn a_download_in_flight_is_not_corrupted_by_later_transfers() {
 
 #[test]
 fn staging_and_readback_buffers_wait_for_the_gpu_before_reuse() {
-    let gpu = context();
-    let pool = pool(&gpu);
+    let gpu = common::gpu();
+    let pool = pool(gpu);
     let staging = staging(&pool);
-    let scratch = scratch(&gpu);
+    let scratch = scratch(gpu);
     let size = 50_000usize;
     let x = pool.alloc(size as u64).unwrap();
     let y = pool.alloc(size as u64).unwrap();
     let a = pattern(5, size);
     let b = pattern(6, size);
     let mut buffer = staging.alloc_staging_buffer(size as u64).unwrap();
-    occupy_gpu(&gpu, &scratch);
+    occupy_gpu(gpu, &scratch);
     buffer
         .write_view()
         .unwrap()
@@ -429,7 +417,7 @@ fn staging_and_readback_buffers_wait_for_the_gpu_before_reuse() {
     staging.download_to_readback(&x, &mut readback).unwrap();
     assert_eq!(readback.wait().unwrap(), size as u64);
     assert!(*readback.view().unwrap() == *a);
-    occupy_gpu(&gpu, &scratch);
+    occupy_gpu(gpu, &scratch);
     staging.download_to_readback(&y, &mut readback).unwrap();
     assert!(*readback.view().unwrap() == *b);
     // A smaller block into the same readback buffer: the view has its size.
@@ -437,7 +425,7 @@ fn staging_and_readback_buffers_wait_for_the_gpu_before_reuse() {
     staging.upload(&small, &a[..1000]).unwrap();
     staging.download_to_readback(&small, &mut readback).unwrap();
     assert!(*readback.view().unwrap() == a[..1000]);
-    occupy_gpu(&gpu, &scratch);
+    occupy_gpu(gpu, &scratch);
     staging.download_to_readback(&x, &mut readback).unwrap();
     drop(readback); // in flight
     let stats = staging.stats();
@@ -447,8 +435,8 @@ fn staging_and_readback_buffers_wait_for_the_gpu_before_reuse() {
 
 #[test]
 fn transfers_from_many_threads_keep_their_own_bytes() {
-    let gpu = context();
-    let pool = pool(&gpu);
+    let gpu = common::gpu();
+    let pool = pool(gpu);
     let staging = staging(&pool);
     std::thread::scope(|scope| {
         for thread in 0..4u32 {
@@ -473,8 +461,8 @@ fn transfers_from_many_threads_keep_their_own_bytes() {
 
 #[test]
 fn bad_input_is_an_error_naming_what_is_allowed() {
-    let gpu = context();
-    let pool = pool(&gpu);
+    let gpu = common::gpu();
+    let pool = pool(gpu);
     let staging = staging(&pool);
     let block = pool.alloc(100).unwrap();
 
@@ -665,7 +653,7 @@ fn bad_input_is_an_error_naming_what_is_allowed() {
 
 #[test]
 fn the_transfer_benchmark_verifies_and_reports_every_row() {
-    let gpu = context();
+    let gpu = common::gpu();
     let config = TransferBenchConfig {
         size_bytes: (2 << 20) + 12,
         counts: RunCounts::new(1, 3),
@@ -674,7 +662,7 @@ fn the_transfer_benchmark_verifies_and_reports_every_row() {
             ..StagingOptions::default()
         },
     };
-    let report = measure_transfers(&gpu, &config).unwrap();
+    let report = measure_transfers(gpu, &config).unwrap();
     assert!(report.verified);
     assert_eq!(report.rows.len(), 6);
     for row in &report.rows {
@@ -692,7 +680,7 @@ fn the_transfer_benchmark_verifies_and_reports_every_row() {
             .as_u64()
             .is_some()
     );
-    let error = measure_transfers(&gpu, &TransferBenchConfig::new(6)).unwrap_err();
+    let error = measure_transfers(gpu, &TransferBenchConfig::new(6)).unwrap_err();
     assert!(error.to_string().contains("multiple of 4"), "{error}");
 }
 
@@ -703,7 +691,7 @@ fn the_transfer_benchmark_verifies_and_reports_every_row() {
 #[test]
 #[ignore = "a benchmark; run it explicitly"]
 fn transfer_report() {
-    let gpu = context();
+    let gpu = common::gpu();
     let size = std::env::var("WGPOOL_TRANSFER_BYTES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -722,7 +710,7 @@ fn transfer_report() {
     if let Some(timed) = setting("WGPOOL_TRANSFER_RUNS") {
         config.counts.timed = timed as u32;
     }
-    let report = measure_transfers(&gpu, &config).unwrap();
+    let report = measure_transfers(gpu, &config).unwrap();
     eprintln!("adapter: {} ({:?})", gpu.info().name, gpu.info().backend);
     println!("{}", serde_json::to_string_pretty(&report).unwrap());
 }
