@@ -1216,17 +1216,17 @@ fn run_random(shape: Shape, min_ops: u64, max_length: usize) -> Counters {
 // 4 * OPS_PER_TEST = 220,000 checked operations.
 const OPS_PER_TEST: u64 = 55_000;
 
+/// Runs at least [`OPS_PER_TEST`] checked random operations of one shape, in cases of up to
+/// 2400 operations, and returns what they exercised.
+fn run_checked(policy: PolicyChoice, limited: bool) -> Counters {
+    let c = run_random(Shape { policy, limited }, OPS_PER_TEST, 2400);
+    assert!(c.ops.get() >= OPS_PER_TEST, "{c:?}");
+    c
+}
+
 #[test]
 fn random_sequences_under_pytorch_policy_follow_best_fit() {
-    let c = run_random(
-        Shape {
-            policy: PolicyChoice::Pytorch,
-            limited: false,
-        },
-        OPS_PER_TEST,
-        2400,
-    );
-    assert!(c.ops.get() >= OPS_PER_TEST);
+    let c = run_checked(PolicyChoice::Pytorch, false);
     assert!(
         c.cache_hits.get() > 1000 && c.new_segments.get() > 1000,
         "{c:?}"
@@ -1235,15 +1235,7 @@ fn random_sequences_under_pytorch_policy_follow_best_fit() {
 
 #[test]
 fn random_sequences_under_default_policy_keep_invariants() {
-    let c = run_random(
-        Shape {
-            policy: PolicyChoice::Default,
-            limited: false,
-        },
-        OPS_PER_TEST,
-        2400,
-    );
-    assert!(c.ops.get() >= OPS_PER_TEST);
+    let c = run_checked(PolicyChoice::Default, false);
     assert!(
         c.cache_hits.get() > 1000 && c.new_segments.get() > 1000,
         "{c:?}"
@@ -1252,30 +1244,14 @@ fn random_sequences_under_default_policy_keep_invariants() {
 
 #[test]
 fn random_sequences_under_caps_survive_out_of_memory() {
-    let c = run_random(
-        Shape {
-            policy: PolicyChoice::Any,
-            limited: true,
-        },
-        OPS_PER_TEST,
-        2400,
-    );
-    assert!(c.ops.get() >= OPS_PER_TEST);
+    let c = run_checked(PolicyChoice::Any, true);
     assert!(c.ooms.get() > 50 && c.recoveries.get() > 10, "{c:?}");
     assert!(c.releases_during_alloc.get() > 10, "{c:?}");
 }
 
 #[test]
 fn random_sequences_mixing_every_option_keep_invariants() {
-    let c = run_random(
-        Shape {
-            policy: PolicyChoice::Any,
-            limited: false,
-        },
-        OPS_PER_TEST,
-        2400,
-    );
-    assert!(c.ops.get() >= OPS_PER_TEST);
+    let c = run_checked(PolicyChoice::Any, false);
     assert!(c.stale_refused.get() > 100, "{c:?}");
 }
 
