@@ -3,9 +3,9 @@
 //! messages, the `to_conf_string` round trip and panic-freedom on arbitrary input.
 
 use proptest::prelude::*;
-use wgpool::config::{Backend, Config, ConfigError, OPTIONS, Overflow, Policy};
+use wgpool::config::{Caching, Config, ConfigError, OPTIONS, Overflow, Policy};
 use wgpool::engine::{
-    AllocError, Allocation, Engine, EngineLimits, MemoryStats, OomCause, PoolKind, SegmentId,
+    AllocError, Allocation, Engine, EngineLimits, MemoryStats, OomCause, SegmentId, SegmentKind,
     VirtualSegments,
 };
 
@@ -227,7 +227,10 @@ fn max_split_size_keeps_large_cached_blocks_whole() {
     let big = pool.alloc(40 * MIB);
     pool.free(big);
     let a = pool.alloc(2 * MIB);
-    assert_eq!((a.segment, a.offset, a.size), (big.segment, 0, 2 * MIB));
+    assert_eq!(
+        (a.segment, a.offset, a.block_size),
+        (big.segment, 0, 2 * MIB)
+    );
     assert_eq!(pool.stats().num_device_alloc, 1);
     assert_eq!(pool.stats().oversize_segments.current, 0);
 
@@ -235,7 +238,7 @@ fn max_split_size_keeps_large_cached_blocks_whole() {
     // and a 2 MiB request gets a new 20 MiB segment instead.
     let mut pool = Pool::new("policy:pytorch,max_split_size_mb:20");
     let big = pool.alloc(40 * MIB);
-    assert_eq!(big.size, 40 * MIB);
+    assert_eq!(big.block_size, 40 * MIB);
     let stats = pool.stats();
     assert_eq!(stats.oversize_allocations.current, 1);
     assert_eq!(stats.oversize_segments.current, 1);
@@ -253,7 +256,10 @@ fn max_split_size_keeps_large_cached_blocks_whole() {
 
     // A request at or above max_split_size takes the cached block whole (40 < 30 + 20).
     let b = pool.alloc(30 * MIB);
-    assert_eq!((b.segment, b.offset, b.size), (big.segment, 0, 40 * MIB));
+    assert_eq!(
+        (b.segment, b.offset, b.block_size),
+        (big.segment, 0, 40 * MIB)
+    );
     assert_eq!(pool.stats().oversize_allocations.current, 1);
     assert_eq!(pool.stats().num_device_alloc, 2);
 }
@@ -286,7 +292,10 @@ fn max_split_size_releases_one_oversize_block_before_everything() {
 
     // Without max_split_size the 150 MiB block is simply split.
     let (pool, x, _, z) = scenario("policy:pytorch,memory_limit_mb:250");
-    assert_eq!((z.segment, z.offset, z.size), (x.segment, 0, 120 * MIB));
+    assert_eq!(
+        (z.segment, z.offset, z.block_size),
+        (x.segment, 0, 120 * MIB)
+    );
     assert_eq!(pool.stats().num_device_free, 0);
     assert_eq!(pool.reserved(), 210 * MIB);
 }
@@ -309,7 +318,7 @@ fn default_policy_also_keeps_large_cached_blocks_whole() {
     pool.free(cached);
     let a = pool.alloc(100 * MIB);
     assert_eq!(
-        a.size,
+        a.block_size,
         100 * MIB,
         "110 MiB is not within 5 MiB of 100 MiB: {a:?}"
     );
@@ -335,11 +344,15 @@ fn max_non_split_rounding_limits_how_much_larger_a_whole_block_may_be() {
         pool.free(cached);
         let a = pool.alloc(100 * MIB);
         if taken {
-            assert_eq!((a.segment, a.size), (cached.segment, 110 * MIB), "`{conf}`");
+            assert_eq!(
+                (a.segment, a.block_size),
+                (cached.segment, 110 * MIB),
+                "`{conf}`"
+            );
             assert_eq!(pool.stats().num_device_alloc, 1, "`{conf}`");
         } else {
             assert_ne!(a.segment, cached.segment, "`{conf}`");
-            assert_eq!(a.size, 100 * MIB, "`{conf}`");
+            assert_eq!(a.block_size, 100 * MIB, "`{conf}`");
             assert_eq!(pool.segment_size(a.segment), 100 * MIB, "`{conf}`");
             assert_eq!(pool.stats().num_device_alloc, 2, "`{conf}`");
         }
@@ -349,7 +362,7 @@ fn max_non_split_rounding_limits_how_much_larger_a_whole_block_may_be() {
     let cached = pool.alloc(110 * MIB);
     pool.free(cached);
     let a = pool.alloc(100 * MIB);
-    assert_eq!((a.segment, a.size), (cached.segment, 100 * MIB));
+    assert_eq!((a.segment, a.block_size), (cached.segment, 100 * MIB));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -360,7 +373,7 @@ fn max_non_split_rounding_limits_how_much_larger_a_whole_block_may_be() {
 fn roundup_power2_divisions_rounds_to_equal_steps() {
     let sizes = |conf: &str, requests: &[u64]| -> Vec<u64> {
         let mut pool = Pool::new(conf);
-        requests.iter().map(|&r| pool.alloc(r).size).collect()
+        requests.iter().map(|&r| pool.alloc(r).block_size).collect()
     };
     let requests = [2500 * KIB, 1200, MIB, 5 * MIB + 1, 3 * MIB];
     assert_eq!(
@@ -404,7 +417,7 @@ fn roundup_power2_divisions_list_form_applies_per_interval() {
     ];
     for (request, expected) in cases {
         let a = pool.alloc(request);
-        assert_eq!(a.size, expected, "`{conf}`: {request} B");
+        assert_eq!(a.block_size, expected, "`{conf}`: {request} B");
         // A request of 10 MiB or more gets a segment of its rounded size.
         assert_eq!(
             pool.segment_size(a.segment),
@@ -413,9 +426,9 @@ fn roundup_power2_divisions_list_form_applies_per_interval() {
     }
     // Without `>`, the last entry's divisions continue above it.
     let mut pool = Pool::new("policy:pytorch,roundup_power2_divisions:[64:2]");
-    assert_eq!(pool.alloc(40 * MIB).size, 48 * MIB);
-    assert_eq!(pool.alloc(100 * MIB).size, 128 * MIB);
-    assert_eq!(pool.alloc(1100 * MIB).size, 1536 * MIB);
+    assert_eq!(pool.alloc(40 * MIB).block_size, 48 * MIB);
+    assert_eq!(pool.alloc(100 * MIB).block_size, 128 * MIB);
+    assert_eq!(pool.alloc(1100 * MIB).block_size, 1536 * MIB);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -428,7 +441,7 @@ fn roundup_bypass_threshold_skips_division_rounding_above_it() {
         let mut pool = Pool::new(conf);
         [2500 * KIB, 1536 * KIB + 1, 2 * MIB + 1]
             .iter()
-            .map(|&r| pool.alloc(r).size)
+            .map(|&r| pool.alloc(r).block_size)
             .collect()
     };
     assert_eq!(
@@ -443,8 +456,8 @@ fn roundup_bypass_threshold_skips_division_rounding_above_it() {
     // "Above" is strict: a request of exactly the threshold is still rounded.
     let mut pool =
         Pool::new("policy:pytorch,roundup_power2_divisions:2,roundup_bypass_threshold_mb:5");
-    assert_eq!(pool.alloc(5 * MIB).size, 6 * MIB);
-    assert_eq!(pool.alloc(5 * MIB + 1).size, 5 * MIB + 512);
+    assert_eq!(pool.alloc(5 * MIB).block_size, 6 * MIB);
+    assert_eq!(pool.alloc(5 * MIB + 1).block_size, 5 * MIB + 512);
     // Without divisions the threshold changes nothing.
     assert_eq!(
         sizes("policy:pytorch,roundup_bypass_threshold_mb:2"),
@@ -601,7 +614,7 @@ fn memory_limit_caps_reserved_memory_with_a_diagnosed_out_of_memory() {
     };
     assert_eq!(oom.requested, 60 * MIB);
     assert_eq!(oom.segment_size, 60 * MIB);
-    assert_eq!(oom.pool, PoolKind::Large);
+    assert_eq!(oom.pool, SegmentKind::Large);
     assert_eq!(oom.cap, Some(100 * MIB));
     assert_eq!(oom.allocated, 32 * MIB);
     assert_eq!(oom.reserved, 50 * MIB);
@@ -710,11 +723,11 @@ fn expandable_segments_accepts_false_and_refuses_true() {
 fn passthrough_backend_makes_one_segment_per_request_and_releases_at_free() {
     assert_eq!(
         Config::parse("backend:native").unwrap().backend,
-        Backend::Native
+        Caching::Native
     );
     assert_eq!(
         Config::parse("backend:passthrough").unwrap().backend,
-        Backend::Passthrough
+        Caching::Passthrough
     );
     invalid_value("backend:cudaMallocAsync");
 
@@ -725,7 +738,7 @@ fn passthrough_backend_makes_one_segment_per_request_and_releases_at_free() {
     assert_ne!(a.segment, b.segment);
     for (x, size) in [(a, 1024), (b, 1024), (c, 3 * MIB + 512)] {
         assert_eq!(
-            (x.offset, x.size, pool.segment_size(x.segment)),
+            (x.offset, x.block_size, pool.segment_size(x.segment)),
             (0, size, size)
         );
     }
@@ -820,7 +833,10 @@ fn compact_min_share_keeps_whole_segments_for_requests_that_fill_them() {
     assert_eq!(pool.stats().num_device_alloc, 2);
     // ... for a request that fills at least half of it,
     let b = pool.alloc(600 * MIB);
-    assert_eq!((b.segment, b.offset, b.size), (big.segment, 0, 600 * MIB));
+    assert_eq!(
+        (b.segment, b.offset, b.block_size),
+        (big.segment, 0, 600 * MIB)
+    );
     // and once split, its free rest is taken best fit like any block of a split segment.
     let c = pool.alloc(20 * MIB);
     assert_eq!((c.segment, c.offset), (big.segment, 600 * MIB));
@@ -838,7 +854,7 @@ fn compact_min_share_keeps_whole_segments_for_requests_that_fill_them() {
         far.segment, big.segment,
         "124 MiB left over, 88 % of the segment"
     );
-    assert_eq!(far.size, 900 * MIB);
+    assert_eq!(far.block_size, 900 * MIB);
     invalid_value("compact_min_share:1.5");
     invalid_value("compact_min_share:-0.1");
 }

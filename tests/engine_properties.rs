@@ -18,10 +18,10 @@ use std::path::Path;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 
-use wgpool::config::{Backend, Config, Policy};
+use wgpool::config::{Caching, Config, Policy};
 use wgpool::engine::rounding::{MIN_BLOCK_SIZE, SMALL_SIZE, round_request, segment_size_for};
 use wgpool::engine::{
-    AllocError, Allocation, BlockId, Engine, EngineLimits, FreeError, MemoryStats, PoolKind,
+    AllocError, Allocation, BlockId, Engine, EngineLimits, FreeError, MemoryStats, SegmentKind,
     SegmentSnapshot, Stat, StatArray, VirtualSegments,
 };
 use wgpool::format::bytes;
@@ -312,10 +312,10 @@ fn stat_arrays(s: &MemoryStats) -> [(&'static str, StatArray); 9] {
     ]
 }
 
-fn pool_stat(array: &mut StatArray, pool: PoolKind) -> &mut Stat {
+fn pool_stat(array: &mut StatArray, pool: SegmentKind) -> &mut Stat {
     match pool {
-        PoolKind::Small => &mut array.small_pool,
-        PoolKind::Large => &mut array.large_pool,
+        SegmentKind::Small => &mut array.small_pool,
+        SegmentKind::Large => &mut array.large_pool,
     }
 }
 
@@ -432,12 +432,12 @@ impl<'a> Harness<'a> {
     }
 
     fn passthrough(&self) -> bool {
-        self.config.backend == Backend::Passthrough
+        self.config.backend == Caching::Passthrough
     }
 
     /// Whether every placement must follow PyTorch's rules exactly.
     fn exact_pytorch(&self) -> bool {
-        self.config.policy == Policy::Pytorch && self.config.backend == Backend::Native
+        self.config.policy == Policy::Pytorch && self.config.backend == Caching::Native
     }
 
     fn is_oversize(&self, size: u64) -> bool {
@@ -456,9 +456,9 @@ impl<'a> Harness<'a> {
     /// The size a request gets from a free block of `block` bytes: PyTorch's `should_split`.
     fn served_size(&self, block: u64, rounded: u64) -> u64 {
         let remaining = block - rounded;
-        let split = match PoolKind::for_size(rounded) {
-            PoolKind::Small => remaining >= MIN_BLOCK_SIZE,
-            PoolKind::Large => !self.is_oversize(rounded) && remaining > SMALL_SIZE,
+        let split = match SegmentKind::for_size(rounded) {
+            SegmentKind::Small => remaining >= MIN_BLOCK_SIZE,
+            SegmentKind::Large => !self.is_oversize(rounded) && remaining > SMALL_SIZE,
         };
         if split && !self.passthrough() {
             rounded
@@ -471,7 +471,7 @@ impl<'a> Harness<'a> {
     /// pool and stream with the smallest (size, address) that fits, unless an oversize rule
     /// refuses it. Returns (segment, offset, block size).
     fn pytorch_choice(&self, rounded: u64, stream: u32) -> Result<Option<(u32, u64, u64)>, String> {
-        let pool = PoolKind::for_size(rounded);
+        let pool = SegmentKind::for_size(rounded);
         let mut best: Option<(u64, u64, u64, u32)> = None;
         for segment in &self.snapshot {
             if segment.pool != pool || segment.stream != stream {
@@ -531,7 +531,7 @@ impl<'a> Harness<'a> {
         let mut in_model: Vec<(u32, u64, u64, u64)> = self
             .live
             .iter()
-            .map(|a| (a.segment.0, a.offset, a.size, a.requested))
+            .map(|a| (a.segment.0, a.offset, a.block_size, a.requested))
             .collect();
         in_layout.sort_unstable();
         in_model.sort_unstable();
@@ -552,26 +552,26 @@ impl<'a> Harness<'a> {
                 .get(&a.segment.0)
                 .ok_or_else(|| format!("after {after}: {a:?} is in no segment"))?;
             ensure!(
-                a.offset % MIN_BLOCK_SIZE == 0 && a.size % MIN_BLOCK_SIZE == 0,
+                a.offset % MIN_BLOCK_SIZE == 0 && a.block_size % MIN_BLOCK_SIZE == 0,
                 "after {after}: {a:?} is not 512 B aligned"
             );
             ensure!(
-                a.size >= a.requested,
+                a.block_size >= a.requested,
                 "after {after}: {a:?} is smaller than asked"
             );
             ensure!(
-                a.offset + a.size <= segment.size,
+                a.offset + a.block_size <= segment.size,
                 "after {after}: {a:?} ends past its segment of {} bytes",
                 segment.size
             );
             ensure!(
-                segment.pool == a.pool,
+                segment.pool == a.kind,
                 "after {after}: {a:?} lies in a {:?} segment",
                 segment.pool
             );
-            let t = &mut totals[a.pool.index()];
+            let t = &mut totals[a.kind.index()];
             t.0 += 1;
-            t.1 += a.size;
+            t.1 += a.block_size;
             t.2 += a.requested;
         }
         // No two live blocks overlap.
@@ -588,7 +588,7 @@ impl<'a> Harness<'a> {
         let count = totals[0].0 + totals[1].0;
         let allocated = totals[0].1 + totals[1].1;
         let requested = totals[0].2 + totals[1].2;
-        let pools = [PoolKind::Small, PoolKind::Large];
+        let pools = [SegmentKind::Small, SegmentKind::Large];
         ensure!(
             stats.allocation.all.current == count,
             "after {after}: allocation.all.current {} != {count} live blocks",
@@ -663,7 +663,7 @@ impl<'a> Harness<'a> {
         let oversize_live = self
             .live
             .iter()
-            .filter(|a| self.is_oversize(a.size))
+            .filter(|a| self.is_oversize(a.block_size))
             .count();
         ensure!(
             stats.oversize_allocations.current == oversize_live as u64,
@@ -758,11 +758,11 @@ impl<'a> Harness<'a> {
                     "{what} was served though its rounded size {rounded} is over the segment limit"
                 );
                 ensure!(
-                    a.requested == size && a.size >= rounded,
+                    a.requested == size && a.block_size >= rounded,
                     "{what} (rounded {rounded}) returned {a:?}"
                 );
                 ensure!(
-                    a.pool == PoolKind::for_size(rounded),
+                    a.kind == SegmentKind::for_size(rounded),
                     "{what}: {a:?} is in the wrong pool"
                 );
                 let segment = self.segment(a.segment.0).expect("checked above");
@@ -772,15 +772,15 @@ impl<'a> Harness<'a> {
                     segment.stream
                 );
                 let segment_size = segment.size;
-                match a.pool {
-                    PoolKind::Small => ensure!(
-                        a.size == rounded,
+                match a.kind {
+                    SegmentKind::Small => ensure!(
+                        a.block_size == rounded,
                         "{what}: a small-pool block must be split to the rounded size {rounded}: {a:?}"
                     ),
-                    PoolKind::Large => ensure!(
-                        self.is_oversize(rounded) || a.size - rounded <= SMALL_SIZE,
+                    SegmentKind::Large => ensure!(
+                        self.is_oversize(rounded) || a.block_size - rounded <= SMALL_SIZE,
                         "{what}: a block of {} for a rounded {rounded} should have been split",
-                        a.size
+                        a.block_size
                     ),
                 }
                 if self.passthrough() {
@@ -788,7 +788,7 @@ impl<'a> Harness<'a> {
                         created == 1
                             && a.offset == 0
                             && segment_size == rounded
-                            && a.size == rounded,
+                            && a.block_size == rounded,
                         "{what}: pass-through must create one segment of exactly {rounded}: {a:?} in a segment of {segment_size}"
                     );
                 }
@@ -798,7 +798,7 @@ impl<'a> Harness<'a> {
                             created == 0
                                 && a.segment.0 == seg
                                 && a.offset == offset
-                                && a.size == self.served_size(block, rounded),
+                                && a.block_size == self.served_size(block, rounded),
                             "{what}: PyTorch's best fit is the free block of {block} at \
                              segment {seg} offset {offset}, but the engine returned {a:?} \
                              (created {created} segments)"
@@ -809,7 +809,7 @@ impl<'a> Harness<'a> {
                                 created == 1
                                     && a.offset == 0
                                     && segment_size == want
-                                    && a.size == self.served_size(want, rounded),
+                                    && a.block_size == self.served_size(want, rounded),
                                 "{what}: no cached block fits, so PyTorch creates a segment of \
                                  {want} and serves offset 0, but the engine returned {a:?} in a \
                                  segment of {segment_size} (created {created})"
@@ -843,12 +843,12 @@ impl<'a> Harness<'a> {
                         "{what}: out of memory though the cached block {found:?} serves it"
                     ));
                 }
-                let allocated: u64 = self.live.iter().map(|a| a.size).sum();
+                let allocated: u64 = self.live.iter().map(|a| a.block_size).sum();
                 let reserved = stats.reserved_bytes.all.current;
                 ensure!(
                     oom.requested == size
                         && oom.rounded == rounded
-                        && oom.pool == PoolKind::for_size(rounded)
+                        && oom.pool == SegmentKind::for_size(rounded)
                         && oom.cap == self.cap
                         && oom.allocated == allocated
                         && oom.reserved == reserved,
@@ -948,7 +948,7 @@ impl<'a> Harness<'a> {
             ensure!(
                 released == 1
                     && before.reserved_bytes.all.current - after.reserved_bytes.all.current
-                        == a.size
+                        == a.block_size
                     && self.segment(a.segment.0).is_none(),
                 "{what}: pass-through must release the block's own segment"
             );
@@ -966,7 +966,7 @@ impl<'a> Harness<'a> {
                 .find(|b| b.offset <= a.offset && a.offset < b.offset + b.size)
                 .ok_or_else(|| format!("{what}: offset {} is in no block", a.offset))?;
             ensure!(
-                !holder.allocated && holder.offset + holder.size >= a.offset + a.size,
+                !holder.allocated && holder.offset + holder.size >= a.offset + a.block_size,
                 "{what}: the freed range is not covered by one free block: {holder:?}"
             );
         }
@@ -1065,24 +1065,24 @@ impl<'a> Harness<'a> {
         }
         bump(&self.counters.ops);
         let a = self.live[pick % self.live.len()];
-        let oversize = u64::from(self.is_oversize(a.size));
+        let oversize = u64::from(self.is_oversize(a.block_size));
         let mut expected = self.engine.memory_stats();
         let round_trip = |array: &mut StatArray, amount: u64| {
             array.all.allocated += amount;
             array.all.freed += amount;
-            let stat = pool_stat(array, a.pool);
+            let stat = pool_stat(array, a.kind);
             stat.allocated += amount;
             stat.freed += amount;
         };
         round_trip(&mut expected.allocation, 1);
         round_trip(&mut expected.active, 1);
-        round_trip(&mut expected.allocated_bytes, a.size);
-        round_trip(&mut expected.active_bytes, a.size);
+        round_trip(&mut expected.allocated_bytes, a.block_size);
+        round_trip(&mut expected.active_bytes, a.block_size);
         round_trip(&mut expected.requested_bytes, a.requested);
         expected.oversize_allocations.allocated += oversize;
         expected.oversize_allocations.freed += oversize;
         self.engine
-            .record_reuse(a.pool, 1, a.size, a.requested, oversize);
+            .record_reuse(a.kind, 1, a.block_size, a.requested, oversize);
         let got = self.engine.memory_stats();
         ensure!(
             got == expected,
@@ -1325,12 +1325,12 @@ fn blocks_stay_512_aligned_when_the_segment_limit_is_not() {
         let mut engine = Engine::new(Config::parse(conf).unwrap(), limits).unwrap();
         let mut device = VirtualSegments::unlimited();
         match engine.allocate((1 << 31) - 600, 0, &mut device) {
-            Ok(a) => assert_eq!(a.size % 512, 0, "`{conf}`: {a:?}"),
+            Ok(a) => assert_eq!(a.block_size % 512, 0, "`{conf}`: {a:?}"),
             Err(e) => assert!(matches!(e, AllocError::TooLarge { .. }), "`{conf}`: {e}"),
         }
         engine.check_invariants().unwrap();
         let a = engine.allocate(15 * MIB, 0, &mut device).unwrap();
-        assert_eq!(a.size % 512, 0, "`{conf}`: {a:?}");
+        assert_eq!(a.block_size % 512, 0, "`{conf}`: {a:?}");
         engine.check_invariants().unwrap();
     }
 }

@@ -49,7 +49,7 @@ impl Policy {
 
 /// How requests reach device memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Backend {
+pub enum Caching {
     /// The caching pool.
     #[default]
     Native,
@@ -58,12 +58,12 @@ pub enum Backend {
     Passthrough,
 }
 
-impl Backend {
+impl Caching {
     /// The name used in `WGPOOL_CONF`.
     pub fn name(self) -> &'static str {
         match self {
-            Backend::Native => "native",
-            Backend::Passthrough => "passthrough",
+            Caching::Native => "native",
+            Caching::Passthrough => "passthrough",
         }
     }
 }
@@ -115,7 +115,7 @@ pub struct Config {
     /// Always false: wgpu has no virtual memory mapping (`expandable_segments`).
     pub expandable_segments: bool,
     /// Caching pool or pass-through (`backend`).
-    pub backend: Backend,
+    pub backend: Caching,
     /// Behaviour at the cap (`overflow`).
     pub overflow: Overflow,
     /// `policy:compact`: a request takes a free block spanning a whole segment only if it
@@ -142,7 +142,7 @@ impl Default for Config {
             memory_limit: None,
             large_segment_size: 20 << 20,
             expandable_segments: false,
-            backend: Backend::default(),
+            backend: Caching::default(),
             overflow: Overflow::default(),
             compact_min_share: 0.0625,
             compact_reserved_slack: 0.06,

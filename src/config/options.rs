@@ -1,7 +1,7 @@
 //! The option table: the one place that says what each `WGPOOL_CONF` key means.
 
 use super::roundup::MAX_DIVISIONS;
-use super::{Backend, Config, Overflow, Policy, RoundupDivisions};
+use super::{Caching, Config, Overflow, Policy, RoundupDivisions};
 
 /// A value as written after `key:`: a scalar, or a bracketed list of `key:value` entries.
 #[derive(Debug, Clone, PartialEq)]
@@ -315,8 +315,8 @@ pub const OPTIONS: &[OptionSpec] = &[
                   PYTORCH_NO_CUDA_MEMORY_CACHING=1.",
         apply: |c, v| {
             c.backend = match v.scalar()? {
-                "native" => Backend::Native,
-                "passthrough" => Backend::Passthrough,
+                "native" => Caching::Native,
+                "passthrough" => Caching::Passthrough,
                 _ => return Err("unknown backend".into()),
             };
             Ok(())

@@ -1,7 +1,7 @@
 //! Snapshots of the engine's layout, and the recount that checks its invariants.
 
 use super::rounding::MIN_BLOCK_SIZE;
-use super::{Engine, NONE, PoolKind, SegmentId};
+use super::{Engine, NONE, SegmentId, SegmentKind};
 
 /// One block of a segment, as [`Engine::snapshot`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub struct SegmentSnapshot {
     /// Its size.
     pub size: u64,
     /// Its pool.
-    pub pool: PoolKind,
+    pub pool: SegmentKind,
     /// Its stream.
     pub stream: u32,
     /// Its blocks, lowest offset first, covering the segment exactly.
@@ -152,7 +152,7 @@ impl Engine {
                 cursor = self.links.next(cursor);
             }
         }
-        for pool in [PoolKind::Small, PoolKind::Large] {
+        for pool in [SegmentKind::Small, SegmentKind::Large] {
             for key in self.free_index[pool.index()].iter() {
                 let b = &self.blocks[key.block as usize];
                 if !b.in_use || self.links.is_allocated(key.block) || key != self.key_of(key.block)

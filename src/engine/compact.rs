@@ -33,7 +33,7 @@
 
 use super::free_index::FreeKey;
 use super::rounding::{ROUND_LARGE, round_to_power2_division, segment_size_for};
-use super::{Engine, PoolKind, SegmentSource};
+use super::{Engine, SegmentKind, SegmentSource};
 
 /// A whole cached segment serves any request that leaves at most this many bytes of it
 /// unused, whatever its share.
@@ -65,11 +65,11 @@ fn may_take(engine: &Engine, key: &FreeKey, rounded: u64) -> bool {
 /// `max_split_size_mb` behave as in PyTorch.
 pub(super) fn candidate(
     engine: &Engine,
-    pool: PoolKind,
+    pool: SegmentKind,
     stream: u32,
     rounded: u64,
 ) -> Option<FreeKey> {
-    if pool == PoolKind::Small {
+    if pool == SegmentKind::Small {
         return engine.pytorch_candidate(pool, stream, rounded);
     }
     let index = &engine.free_index[pool.index()];
@@ -142,7 +142,7 @@ pub(super) fn segment_size(engine: &Engine, stream: u32, rounded: u64) -> u64 {
         return base;
     }
     let nearly = rounded - rounded / 4;
-    let drifting = engine.free_index[PoolKind::Large.index()]
+    let drifting = engine.free_index[SegmentKind::Large.index()]
         .fits_ascending(stream, nearly)
         .take_while(|key| key.size < rounded)
         .any(|key| !engine.is_split(key.block));
@@ -166,7 +166,7 @@ pub(super) fn make_room<S: SegmentSource + ?Sized>(
         return;
     }
     let mut left = budget_left(engine, peak);
-    let idle: Vec<(u32, u64, PoolKind)> = engine.idle_blocks().collect();
+    let idle: Vec<(u32, u64, SegmentKind)> = engine.idle_blocks().collect();
     for (block, size, _) in idle {
         if engine.stats.reserved_bytes.all.current + segment_size <= limit {
             break;

@@ -3,7 +3,7 @@
 use thiserror::Error;
 
 use super::BlockId;
-use super::rounding::PoolKind;
+use super::rounding::SegmentKind;
 use crate::format::bytes;
 
 /// Why the last segment creation failed.
@@ -38,7 +38,7 @@ pub struct OutOfMemory {
     /// The segment size that could not be created.
     pub segment_size: u64,
     /// The pool the request belonged to.
-    pub pool: PoolKind,
+    pub pool: SegmentKind,
     /// The cap on reserved memory, if any.
     pub cap: Option<u64>,
     /// Bytes held by live blocks.

@@ -19,7 +19,7 @@
 //! let mut engine = Engine::new(Config::default(), EngineLimits::unlimited()).unwrap();
 //! let mut device = VirtualSegments::unlimited();
 //! let a = engine.allocate(1000, 0, &mut device).unwrap();
-//! assert_eq!(a.size, 1024); // rounded to 512 B
+//! assert_eq!(a.block_size, 1024); // rounded to 512 B
 //! assert_eq!(engine.memory_stats().reserved_bytes.all.current, 2 << 20); // one small segment
 //! engine.free(a.block, &mut device).unwrap();
 //! engine.empty_cache(&mut device);
@@ -40,11 +40,11 @@ mod summary;
 
 pub use check::{BlockSnapshot, SegmentSnapshot};
 pub use error::{AllocError, FreeError, OomCause, OutOfMemory};
-pub use rounding::PoolKind;
+pub use rounding::SegmentKind;
 pub use source::{SegmentSource, VirtualSegments};
 pub use stats::{MemoryStats, Stat, StatArray};
 
-use crate::config::{Backend, Config, Policy};
+use crate::config::{Caching, Config, Policy};
 use free_index::{FreeIndex, FreeKey};
 use idle::IdleList;
 use links::{BlockLinks, NONE};
@@ -54,12 +54,13 @@ use rounding::{MIN_BLOCK_SIZE, SMALL_SIZE, round_request, segment_size_for};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SegmentId(pub u32);
 
-/// A live block. Ids carry a generation, so a stale id is refused rather than freeing a
-/// block that reused its slot.
+/// A live block. Ids carry the record's serial number, which changes with every allocation
+/// the record serves, so a stale id is refused rather than freeing a block that reused its
+/// slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BlockId {
     index: u32,
-    generation: u32,
+    serial: u32,
 }
 
 /// Where a request was placed.
@@ -71,12 +72,13 @@ pub struct Allocation {
     pub segment: SegmentId,
     /// Byte offset of the block in its segment; a multiple of 512.
     pub offset: u64,
-    /// The block's size: the request rounded up; a multiple of 512.
-    pub size: u64,
+    /// The block's size: at least the request rounded up (a whole cached block may be
+    /// larger); a multiple of 512.
+    pub block_size: u64,
     /// The size the caller asked for.
     pub requested: u64,
-    /// The pool the block belongs to.
-    pub pool: PoolKind,
+    /// The kind of segment (small or large pool) the block lives in.
+    pub kind: SegmentKind,
 }
 
 /// Limits that come from the device rather than from the configuration.
@@ -104,7 +106,7 @@ const FIRST_BASE: u64 = 1 << 40;
 #[derive(Debug, Clone)]
 pub(crate) struct SegmentRecord {
     pub size: u64,
-    pub pool: PoolKind,
+    pub pool: SegmentKind,
     pub stream: u32,
     /// A virtual address, unique over the engine's life, that orders equal-size free blocks.
     pub base: u64,
@@ -133,10 +135,10 @@ pub(crate) struct BlockRecord {
     pub requested: u64,
     granules: u32,
     offset_granules: u32,
-    pub generation: u32,
+    pub serial: u32,
     pub segment: u32,
     pub stream: u32,
-    pub pool: PoolKind,
+    pub pool: SegmentKind,
     /// Whether the slot holds a block.
     pub in_use: bool,
 }
@@ -188,7 +190,7 @@ struct SegmentFields {
     segment: u32,
     base: u64,
     stream: u32,
-    pool: PoolKind,
+    pool: SegmentKind,
 }
 
 /// What only garbage collection reads of a block, kept apart from [`BlockRecord`] and
@@ -299,16 +301,16 @@ impl Engine {
             block: id,
             segment: SegmentId(b.segment),
             offset: b.offset(),
-            size: b.size(),
+            block_size: b.size(),
             requested: b.requested,
-            pool: b.pool,
+            kind: b.pool,
         })
     }
 
     fn live_block(&self, id: BlockId) -> Option<&BlockRecord> {
-        self.blocks.get(id.index as usize).filter(|b| {
-            b.generation == id.generation && b.in_use && self.links.is_allocated(id.index)
-        })
+        self.blocks
+            .get(id.index as usize)
+            .filter(|b| b.serial == id.serial && b.in_use && self.links.is_allocated(id.index))
     }
 
     /// Serves `size` bytes on `stream` (a number the caller assigns; blocks are reused only on
@@ -343,10 +345,10 @@ impl Engine {
             });
         }
         self.clock += 1;
-        let pool = PoolKind::for_size(rounded);
+        let pool = SegmentKind::for_size(rounded);
         let found = match self.config.backend {
-            Backend::Passthrough => None,
-            Backend::Native => self.find_free_block(pool, stream, rounded),
+            Caching::Passthrough => None,
+            Caching::Native => self.find_free_block(pool, stream, rounded),
         };
         let block = match found {
             Some(block) => block,
@@ -374,10 +376,10 @@ impl Engine {
         // statistics update. Allocated neighbours are not touched at all.
         let (prev, next) = (self.links.prev(index), self.links.next(index));
         if self.links.is_free_block(prev) {
-            prefetch(&self.blocks, prev);
+            preload_record(&self.blocks, prev);
         }
         if self.links.is_free_block(next) {
-            prefetch(&self.blocks, next);
+            preload_record(&self.blocks, next);
         }
         self.links.set_allocated(index, false);
         let (pool, size, requested) = {
@@ -393,7 +395,7 @@ impl Engine {
         self.stats.active.decrease(pool, 1);
         self.stats.active_bytes.decrease(pool, size);
         self.stats.requested_bytes.decrease(pool, requested);
-        if self.config.backend == Backend::Passthrough {
+        if self.config.backend == Caching::Passthrough {
             self.release_block(merged, source);
         }
         Ok(())
@@ -406,7 +408,7 @@ impl Engine {
     /// `oversize` of them are at least `max_split_size`.
     pub fn record_reuse(
         &mut self,
-        pool: PoolKind,
+        pool: SegmentKind,
         count: u64,
         bytes: u64,
         requested: u64,
@@ -456,7 +458,7 @@ impl Engine {
     }
 
     /// Removes and returns the free block that serves a `rounded` request, if the pool has one.
-    fn find_free_block(&mut self, pool: PoolKind, stream: u32, rounded: u64) -> Option<u32> {
+    fn find_free_block(&mut self, pool: SegmentKind, stream: u32, rounded: u64) -> Option<u32> {
         if self.gc_active() {
             self.search_count[pool.index()] += 1;
         }
@@ -466,7 +468,7 @@ impl Engine {
         }?;
         // The caller reads and writes the block's record next: load it while the index
         // removes the key.
-        prefetch(&self.blocks, key.block);
+        preload_record(&self.blocks, key.block);
         self.free_index[pool.index()].remove(&key);
         Some(key.block)
     }
@@ -474,7 +476,7 @@ impl Engine {
     /// PyTorch's `get_free_block`: best fit, with the two oversize rules.
     pub(crate) fn pytorch_candidate(
         &self,
-        pool: PoolKind,
+        pool: SegmentKind,
         stream: u32,
         rounded: u64,
     ) -> Option<FreeKey> {
@@ -500,11 +502,11 @@ impl Engine {
 
     /// PyTorch's `should_split`.
     #[inline]
-    fn should_split(&self, pool: PoolKind, block_size: u64, rounded: u64) -> bool {
+    fn should_split(&self, pool: SegmentKind, block_size: u64, rounded: u64) -> bool {
         let remaining = block_size - rounded;
         match pool {
-            PoolKind::Small => remaining >= MIN_BLOCK_SIZE,
-            PoolKind::Large => !self.is_oversize(rounded) && remaining > SMALL_SIZE,
+            SegmentKind::Small => remaining >= MIN_BLOCK_SIZE,
+            SegmentKind::Large => !self.is_oversize(rounded) && remaining > SMALL_SIZE,
         }
     }
 
@@ -521,7 +523,7 @@ impl Engine {
             self.idle.remove(segment);
         }
         let split =
-            self.config.backend == Backend::Native && self.should_split(pool, block_size, rounded);
+            self.config.backend == Caching::Native && self.should_split(pool, block_size, rounded);
         if split {
             let remaining_size = block_size - rounded;
             let offset = self.blocks[block as usize].offset();
@@ -557,8 +559,8 @@ impl Engine {
         b.requested = requested;
         // A fresh id for every allocation, so a handle kept past its free is refused even
         // when the same record serves the next request.
-        b.generation = b.generation.wrapping_add(1);
-        let (size, offset, generation) = (b.size(), b.offset(), b.generation);
+        b.serial = b.serial.wrapping_add(1);
+        let (size, offset, serial) = (b.size(), b.offset(), b.serial);
         self.stats.allocation.increase(pool, 1);
         self.stats.allocated_bytes.increase(pool, size);
         self.stats.active.increase(pool, 1);
@@ -570,13 +572,13 @@ impl Engine {
         Allocation {
             block: BlockId {
                 index: block,
-                generation,
+                serial,
             },
             segment: SegmentId(segment),
             offset,
-            size,
+            block_size: size,
             requested,
-            pool,
+            kind: pool,
         }
     }
 
@@ -624,7 +626,7 @@ impl Engine {
 
     /// Records when a block became free, for garbage collection's ages.
     #[inline]
-    fn mark_freed(&mut self, block: u32, pool: PoolKind) {
+    fn mark_freed(&mut self, block: u32, pool: SegmentKind) {
         if self.gc_active() {
             self.cold[block as usize].gc_base = self.search_count[pool.index()];
         }
@@ -652,20 +654,20 @@ impl Engine {
             stream,
             pool,
         } = of;
-        let record = |generation| BlockRecord {
+        let record = |serial| BlockRecord {
             base,
             requested: 0,
             granules: (size >> 9) as u32,
             offset_granules: (offset >> 9) as u32,
-            generation,
+            serial,
             segment,
             stream,
             pool,
             in_use: true,
         };
         if let Some(index) = self.free_block_slots.pop() {
-            let generation = self.blocks[index as usize].generation.wrapping_add(1);
-            self.blocks[index as usize] = record(generation);
+            let serial = self.blocks[index as usize].serial.wrapping_add(1);
+            self.blocks[index as usize] = record(serial);
             self.links.reset(index);
             // `cold` keeps its stale value: it is read only for free blocks, and every free
             // block was marked by `mark_freed`, which writes it whenever garbage collection
@@ -689,7 +691,7 @@ impl Engine {
     pub(crate) fn create_segment<S: SegmentSource + ?Sized>(
         &mut self,
         size: u64,
-        pool: PoolKind,
+        pool: SegmentKind,
         stream: u32,
         source: &mut S,
     ) -> Result<u32, OomCause> {
@@ -812,7 +814,7 @@ impl Engine {
 
     /// The free blocks that span a whole segment, least recently idle first:
     /// (block, size, pool).
-    pub(crate) fn idle_blocks(&self) -> impl Iterator<Item = (u32, u64, PoolKind)> + '_ {
+    pub(crate) fn idle_blocks(&self) -> impl Iterator<Item = (u32, u64, SegmentKind)> + '_ {
         self.idle.iter().map(|segment| {
             let s = &self.segments[segment as usize];
             (s.head, s.size, s.pool)
@@ -822,8 +824,8 @@ impl Engine {
     /// The size of a new segment for a rounded request under this engine's settings.
     pub(crate) fn new_segment_size(&self, stream: u32, rounded: u64) -> u64 {
         match self.config.backend {
-            Backend::Passthrough => rounded,
-            Backend::Native => match self.config.policy {
+            Caching::Passthrough => rounded,
+            Caching::Native => match self.config.policy {
                 Policy::Pytorch => segment_size_for(&self.config, rounded),
                 Policy::Compact => compact::segment_size(self, stream, rounded),
             }
@@ -834,7 +836,7 @@ impl Engine {
 
 /// Asks the CPU to start loading `records[index]` (when it exists) into the cache.
 #[inline(always)]
-fn prefetch(records: &[BlockRecord], index: u32) {
+fn preload_record(records: &[BlockRecord], index: u32) {
     #[cfg(target_arch = "x86_64")]
     if let Some(record) = records.get(index as usize) {
         // SAFETY: a prefetch only hints the cache; the pointer is to a live element.
@@ -849,7 +851,7 @@ fn prefetch(records: &[BlockRecord], index: u32) {
     let _ = (records, index);
 }
 
-fn apply_net(stat: &mut StatArray, pool: PoolKind, net: i64) {
+fn apply_net(stat: &mut StatArray, pool: SegmentKind, net: i64) {
     if net > 0 {
         stat.increase(pool, net as u64);
     } else if net < 0 {

@@ -3,7 +3,7 @@
 //! `release_available_cached_blocks` and `release_cached_blocks`).
 
 use super::error::{AllocError, OutOfMemory};
-use super::{Engine, PoolKind, SegmentSource};
+use super::{Engine, SegmentKind, SegmentSource};
 use crate::config::Policy;
 
 impl Engine {
@@ -11,7 +11,7 @@ impl Engine {
     /// out-of-memory after the whole retry chain.
     pub(super) fn serve_miss<S: SegmentSource + ?Sized>(
         &mut self,
-        pool: PoolKind,
+        pool: SegmentKind,
         stream: u32,
         requested: u64,
         rounded: u64,
@@ -65,12 +65,12 @@ impl Engine {
             return;
         }
         let target = reserved - gc_threshold;
-        let large = PoolKind::Large.index();
+        let large = SegmentKind::Large.index();
         let now = self.search_count[large];
         // Ages are fixed during one collection: no searches happen inside it.
         let mut candidates: Vec<(u32, u64, u64)> = self
             .idle_blocks()
-            .filter(|&(_, _, pool)| pool == PoolKind::Large)
+            .filter(|&(_, _, pool)| pool == SegmentKind::Large)
             .map(|(block, size, _)| (block, size, now - self.cold[block as usize].gc_base))
             .collect();
         let mut total_age: u64 = candidates.iter().map(|c| c.2).sum();
@@ -99,7 +99,7 @@ impl Engine {
     /// enough was released.
     fn release_available_cached_blocks<S: SegmentSource + ?Sized>(
         &mut self,
-        pool: PoolKind,
+        pool: SegmentKind,
         stream: u32,
         rounded: u64,
         source: &mut S,

@@ -14,40 +14,42 @@ pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
 /// Larger segments are rounded up to a multiple of this (`kRoundLarge`).
 pub const ROUND_LARGE: u64 = 2 << 20;
 
-/// Which of the two block pools a block lives in.
+/// The two kinds of segment, and of the blocks carved from them: PyTorch's small pool and
+/// large pool. Each kind has its own segments and its own free blocks; statistics keep them
+/// apart under PyTorch's names (`small_pool`, `large_pool`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum PoolKind {
+pub enum SegmentKind {
     /// Rounded requests up to 1 MiB, carved from 2 MiB segments.
     Small,
     /// Everything larger.
     Large,
 }
 
-impl PoolKind {
-    /// The pool for a rounded request size.
+impl SegmentKind {
+    /// The kind that serves a rounded request size.
     #[inline]
-    pub fn for_size(rounded: u64) -> PoolKind {
+    pub fn for_size(rounded: u64) -> SegmentKind {
         if rounded <= SMALL_SIZE {
-            PoolKind::Small
+            SegmentKind::Small
         } else {
-            PoolKind::Large
+            SegmentKind::Large
         }
     }
 
-    /// Index into per-pool arrays: 0 small, 1 large.
+    /// Index into per-kind arrays: 0 small, 1 large.
     #[inline]
     pub fn index(self) -> usize {
         match self {
-            PoolKind::Small => 0,
-            PoolKind::Large => 1,
+            SegmentKind::Small => 0,
+            SegmentKind::Large => 1,
         }
     }
 
-    /// PyTorch's name for the pool in statistic keys.
+    /// PyTorch's name for the kind in statistic keys (`small_pool`, `large_pool`).
     pub fn stat_name(self) -> &'static str {
         match self {
-            PoolKind::Small => "small_pool",
-            PoolKind::Large => "large_pool",
+            SegmentKind::Small => "small_pool",
+            SegmentKind::Large => "large_pool",
         }
     }
 }

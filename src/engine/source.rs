@@ -1,7 +1,7 @@
 //! Where segment memory comes from: the trait the engine calls, and a virtual source.
 
 use super::SegmentId;
-use super::rounding::PoolKind;
+use super::rounding::SegmentKind;
 
 /// The device (or a simulation of it) behind the engine's segments.
 ///
@@ -11,7 +11,8 @@ use super::rounding::PoolKind;
 pub trait SegmentSource {
     /// Provides memory for segment `id` of `size` bytes. `id` is not in use until the matching
     /// `release_segment`; ids are reused after release.
-    fn create_segment(&mut self, id: SegmentId, size: u64, pool: PoolKind) -> Result<(), String>;
+    fn create_segment(&mut self, id: SegmentId, size: u64, pool: SegmentKind)
+    -> Result<(), String>;
 
     /// Gives back the memory of segment `id`, which has `size` bytes and no live blocks.
     fn release_segment(&mut self, id: SegmentId, size: u64);
@@ -49,7 +50,12 @@ impl VirtualSegments {
 }
 
 impl SegmentSource for VirtualSegments {
-    fn create_segment(&mut self, _id: SegmentId, size: u64, _pool: PoolKind) -> Result<(), String> {
+    fn create_segment(
+        &mut self,
+        _id: SegmentId,
+        size: u64,
+        _pool: SegmentKind,
+    ) -> Result<(), String> {
         if self
             .device_limit
             .is_some_and(|limit| self.live_bytes + size > limit)

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::rounding::PoolKind;
+use super::rounding::SegmentKind;
 
 /// One statistic: its current value, its peak since the last reset, and the totals added
 /// and removed since the last accumulated reset.
@@ -65,30 +65,30 @@ pub struct StatArray {
 
 impl StatArray {
     #[inline]
-    pub(crate) fn increase(&mut self, pool: PoolKind, amount: u64) {
+    pub(crate) fn increase(&mut self, pool: SegmentKind, amount: u64) {
         self.all.increase(amount);
         self.pool_mut(pool).increase(amount);
     }
 
     #[inline]
-    pub(crate) fn decrease(&mut self, pool: PoolKind, amount: u64) {
+    pub(crate) fn decrease(&mut self, pool: SegmentKind, amount: u64) {
         self.all.decrease(amount);
         self.pool_mut(pool).decrease(amount);
     }
 
     /// The statistic of one pool.
-    pub fn pool(&self, pool: PoolKind) -> &Stat {
+    pub fn pool(&self, pool: SegmentKind) -> &Stat {
         match pool {
-            PoolKind::Small => &self.small_pool,
-            PoolKind::Large => &self.large_pool,
+            SegmentKind::Small => &self.small_pool,
+            SegmentKind::Large => &self.large_pool,
         }
     }
 
     #[inline]
-    pub(crate) fn pool_mut(&mut self, pool: PoolKind) -> &mut Stat {
+    pub(crate) fn pool_mut(&mut self, pool: SegmentKind) -> &mut Stat {
         match pool {
-            PoolKind::Small => &mut self.small_pool,
-            PoolKind::Large => &mut self.large_pool,
+            SegmentKind::Small => &mut self.small_pool,
+            SegmentKind::Large => &mut self.large_pool,
         }
     }
 

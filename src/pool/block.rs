@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::BindingError;
 use super::Residency;
 use super::shared::PoolShared;
-use crate::engine::{Allocation, BlockId, PoolKind, SegmentId};
+use crate::engine::{Allocation, BlockId, SegmentId, SegmentKind};
 use crate::kernels::Operand;
 
 /// Where a block is; everything of a [`Block`] but the pool handle.
@@ -14,7 +14,7 @@ pub(crate) struct BlockParts {
     pub id: BlockId,
     pub buffer: wgpu::Buffer,
     pub segment: SegmentId,
-    pub pool: PoolKind,
+    pub kind: SegmentKind,
     pub offset: u64,
     pub size: u64,
     pub capacity: u64,
@@ -31,10 +31,10 @@ impl BlockParts {
             id: allocation.block,
             buffer,
             segment: allocation.segment,
-            pool: allocation.pool,
+            kind: allocation.kind,
             offset: allocation.offset,
             size: allocation.requested,
-            capacity: allocation.size,
+            capacity: allocation.block_size,
         }
     }
 }

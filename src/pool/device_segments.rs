@@ -1,6 +1,6 @@
 //! The wgpu buffers behind the engine's segments.
 
-use crate::engine::{PoolKind, SegmentId, SegmentSource};
+use crate::engine::{SegmentId, SegmentKind, SegmentSource};
 use crate::gpu::scope::catch;
 
 /// One wgpu buffer per live segment, indexed by segment id.
@@ -46,7 +46,12 @@ impl DeviceSegments {
 }
 
 impl SegmentSource for DeviceSegments {
-    fn create_segment(&mut self, id: SegmentId, size: u64, pool: PoolKind) -> Result<(), String> {
+    fn create_segment(
+        &mut self,
+        id: SegmentId,
+        size: u64,
+        pool: SegmentKind,
+    ) -> Result<(), String> {
         let label = format!("{} segment {} ({})", self.label, id.0, pool.stat_name());
         let descriptor = wgpu::BufferDescriptor {
             label: Some(&label),

@@ -2,7 +2,7 @@
 
 use super::device_segments::DeviceSegments;
 use super::error::PoolError;
-use crate::config::{Backend, Config};
+use crate::config::{Caching, Config};
 use crate::engine::{Engine, EngineLimits};
 
 /// Usages of host segments where the adapter has `MAPPABLE_PRIMARY_BUFFERS`: `MAP_READ`
@@ -39,7 +39,7 @@ impl HostTier {
         host_config.per_process_memory_fraction = None;
         host_config.garbage_collection_threshold = None;
         if !bindable {
-            host_config.backend = Backend::Passthrough;
+            host_config.backend = Caching::Passthrough;
         }
         let limits = EngineLimits {
             device_memory: None,

@@ -99,7 +99,7 @@ impl ReuseCache {
             let index = c.parked.iter().rposition(|p| p.1.size == size)?;
             let parked = c.parked.swap_remove(index);
             let parts = &parked.1;
-            let pool = parts.pool.index();
+            let pool = parts.kind.index();
             c.counts.reuses[pool] += 1;
             c.counts.bytes[pool] += parts.capacity;
             c.counts.requested[pool] += parts.size;

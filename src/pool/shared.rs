@@ -9,7 +9,7 @@ use super::device_segments::DeviceSegments;
 use super::error::PoolError;
 use super::host_tier::HostTier;
 use super::reuse_cache::ReuseCache;
-use crate::engine::{Engine, PoolKind};
+use crate::engine::{Engine, SegmentKind};
 
 /// Binding limits of the pool's usage, read from the device once.
 #[derive(Debug, Clone, Copy)]
@@ -79,10 +79,10 @@ impl PoolShared {
     pub fn lock_flushed(&self) -> MutexGuard<'_, PoolState> {
         let mut state = self.lock();
         let (parked, counts) = self.reuse.drain();
-        for pool in [PoolKind::Small, PoolKind::Large] {
+        for pool in [SegmentKind::Small, SegmentKind::Large] {
             let i = pool.index();
             if counts.reuses[i] > 0 {
-                let oversize = if pool == PoolKind::Large {
+                let oversize = if pool == SegmentKind::Large {
                     counts.oversize
                 } else {
                     0
