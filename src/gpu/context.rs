@@ -45,6 +45,9 @@ pub struct HeadlessOptions {
 ///   adapter's best, not wgpu's conservative defaults;
 /// - [`features`](Self::features) is exactly what the device has enabled: every feature of
 ///   [`OPTIONAL_FEATURES`] the adapter supports, plus the required ones;
+/// - the device was opened by [`sparse::request_device`](super::sparse::request_device): it
+///   can map pages wherever the adapter has Vulkan sparse binding
+///   ([`page_mapping`](Self::page_mapping) says which);
 /// - uncaptured wgpu errors are recorded in [`errors`](Self::errors) and printed; they never
 ///   panic. Use error scopes to attribute an error to an operation.
 pub struct GpuContext {
@@ -129,6 +132,14 @@ impl GpuContext {
     /// The record of uncaptured errors and device loss.
     pub fn errors(&self) -> &ErrorLog {
         &self.errors
+    }
+
+    /// The device's page mapping (Vulkan sparse binding), or why it has none. Pools on a
+    /// device with page mapping can map pages (`expandable_segments`).
+    pub fn page_mapping(
+        &self,
+    ) -> Result<super::sparse::SparseDevice, super::sparse::NoPageMapping> {
+        super::sparse::sparse_device(&self.device)
     }
 
     /// Memory heaps, and budget where the driver reports it. `None` off Vulkan.
@@ -287,12 +298,17 @@ fn open(
         memory_hints: options.memory_hints.clone(),
         trace: wgpu::Trace::Off,
     };
+    // Sparse binding where the adapter has it, so that pools can map pages.
     let (device, queue) =
-        pollster::block_on(adapter.request_device(&descriptor)).map_err(|source| {
-            GpuError::RequestDevice {
+        super::sparse::request_device(&adapter, &descriptor).map_err(|error| match error {
+            super::sparse::SparseError::RequestDevice(source) => GpuError::RequestDevice {
                 adapter: info.name.clone(),
                 source,
-            }
+            },
+            source => GpuError::SparseDevice {
+                adapter: info.name.clone(),
+                source,
+            },
         })?;
     let errors = ErrorLog::default();
     let log = errors.clone();

@@ -55,4 +55,13 @@ pub enum GpuError {
         #[source]
         source: wgpu::RequestDeviceError,
     },
+    /// Creating the Vulkan device with sparse binding failed.
+    #[error("could not open a device with sparse binding on adapter {adapter:?}: {source}")]
+    SparseDevice {
+        /// The adapter's name.
+        adapter: String,
+        /// What failed.
+        #[source]
+        source: super::sparse::SparseError,
+    },
 }

@@ -7,6 +7,7 @@
 //! - [`timing`]: GPU timestamps with a wall-clock fallback, median of repeated runs.
 //! - [`transfer`]: upload and readback of buffer regions (tests and benchmarks).
 //! - [`scope`]: running a closure under wgpu error scopes.
+//! - [`sparse`]: page mapping with Vulkan sparse binding.
 
 mod adapter_summary;
 mod context;
@@ -14,6 +15,7 @@ mod error;
 mod error_log;
 mod memory;
 pub mod scope;
+pub mod sparse;
 pub mod timing;
 pub mod transfer;
 

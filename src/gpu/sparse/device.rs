@@ -1,0 +1,273 @@
+//! A device that can map pages: its Vulkan handles, the queue binds go to, and the facts the
+//! pool sizes ranges and chunks from.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use ash::vk;
+
+use super::error::SparseError;
+use super::gate::QueueGate;
+
+/// Page mapping on one device: a cheap handle, shared by every pool on the device.
+///
+/// Obtained from [`sparse_device`](super::sparse_device) for a device that
+/// [`request_device`](super::request_device) opened with sparse binding enabled.
+#[derive(Clone)]
+pub struct SparseDevice {
+    pub(crate) inner: Arc<SparseDeviceInner>,
+}
+
+pub(crate) struct SparseDeviceInner {
+    /// The driver's own function table (not the gated one wgpu has).
+    pub raw: ash::Device,
+    /// Instance functions, for memory budget queries.
+    pub instance: ash::Instance,
+    pub physical_device: vk::PhysicalDevice,
+    /// The queue binds are submitted to, and its lock.
+    pub bind_queue: vk::Queue,
+    pub gate: Arc<QueueGate>,
+    pub facts: SparseFacts,
+    /// Fences ready for reuse (unsignaled).
+    fences: Mutex<Vec<vk::Fence>>,
+    /// Address space reserved by the ranges of every pool on the device.
+    address_reserved: AtomicU64,
+}
+
+/// What a device offers for page mapping, read once when it is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SparseFacts {
+    /// The page: a sparse buffer's memory alignment. Binds are whole pages.
+    pub page_size: u64,
+    /// `sparseAddressSpaceSize`: all sparse ranges of the device together fit in this.
+    pub address_space: u64,
+    /// The largest single range (`maxBufferSize` where the device reports it).
+    pub max_range_size: u64,
+    /// Whether binds go to a queue of the pool's own (else they share wgpu's queue through
+    /// its gate).
+    pub own_queue: bool,
+    /// The memory type chunks are allocated from.
+    pub memory_type: u32,
+    /// The heap of that memory type, in bytes.
+    pub heap_size: u64,
+    /// The heap's index.
+    pub heap_index: u32,
+    /// Whether `VK_EXT_memory_budget` is enabled, so heap usage can be read.
+    pub memory_budget: bool,
+}
+
+impl SparseDevice {
+    /// The facts pools size their ranges and chunks from.
+    pub fn facts(&self) -> SparseFacts {
+        self.inner.facts
+    }
+
+    /// The page size in bytes.
+    pub fn page_size(&self) -> u64 {
+        self.inner.facts.page_size
+    }
+
+    /// This process's usage of the chunk memory's heap, from `VK_EXT_memory_budget`; `None`
+    /// without the extension. Counts every allocation on the heap, wgpu's own included.
+    pub fn heap_usage(&self) -> Option<u64> {
+        let inner = &self.inner;
+        if !inner.facts.memory_budget {
+            return None;
+        }
+        let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+        let mut properties = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
+        // SAFETY: the device was opened with VK_EXT_memory_budget on this physical device,
+        // and its instance is Vulkan 1.1 or newer (checked when opening), so the core query
+        // exists and the chained structure is valid.
+        unsafe {
+            inner
+                .instance
+                .get_physical_device_memory_properties2(inner.physical_device, &mut properties)
+        };
+        Some(budget.heap_usage[inner.facts.heap_index as usize])
+    }
+
+    pub(crate) fn raw(&self) -> &ash::Device {
+        &self.inner.raw
+    }
+
+    /// Submits one batch of buffer binds in a single `vkQueueBindSparse` and waits until the
+    /// device has applied it. Work submitted after this returns sees the new mapping.
+    pub(crate) fn bind(
+        &self,
+        binds: &[vk::SparseBufferMemoryBindInfo<'_>],
+    ) -> Result<(), SparseError> {
+        if binds.is_empty() {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        let fence = self.take_fence()?;
+        let info = vk::BindSparseInfo::default().buffer_binds(binds);
+        let submitted = {
+            let _held = inner.gate.hold();
+            // SAFETY: the queue is held through its gate (no other thread submits to it now),
+            // every bind names a live sparse buffer of this device and live memory of it, and
+            // the fence is unsignaled and not in use.
+            unsafe {
+                inner
+                    .raw
+                    .queue_bind_sparse(inner.bind_queue, std::slice::from_ref(&info), fence)
+            }
+        };
+        let waited = submitted.and_then(|()| {
+            // SAFETY: the fence belongs to this device.
+            unsafe { inner.raw.wait_for_fences(&[fence], true, u64::MAX) }
+        });
+        match waited {
+            Ok(()) => {
+                self.give_fence(fence);
+                Ok(())
+            }
+            Err(result) => {
+                // The fence's state is unknown after a failure: wait for the queue before
+                // destroying it, so that it is not in use.
+                let _held = inner.gate.hold();
+                // SAFETY: the queue is held; the fence is then idle and destroyed once.
+                unsafe {
+                    let _ = inner.raw.queue_wait_idle(inner.bind_queue);
+                    inner.raw.destroy_fence(fence, None);
+                }
+                Err(SparseError::Vulkan {
+                    call: "vkQueueBindSparse",
+                    result,
+                })
+            }
+        }
+    }
+
+    fn take_fence(&self) -> Result<vk::Fence, SparseError> {
+        if let Some(fence) = lock(&self.inner.fences).pop() {
+            return Ok(fence);
+        }
+        // SAFETY: a plain fence on a live device.
+        unsafe {
+            self.inner
+                .raw
+                .create_fence(&vk::FenceCreateInfo::default(), None)
+        }
+        .map_err(SparseError::vulkan("vkCreateFence"))
+    }
+
+    fn give_fence(&self, fence: vk::Fence) {
+        // SAFETY: the fence is signaled and no longer waited on.
+        match unsafe { self.inner.raw.reset_fences(&[fence]) } {
+            Ok(()) => lock(&self.inner.fences).push(fence),
+            // SAFETY: nothing uses the fence any more.
+            Err(_) => unsafe { self.inner.raw.destroy_fence(fence, None) },
+        }
+    }
+}
+
+impl std::fmt::Debug for SparseDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SparseDevice")
+            .field("facts", &self.inner.facts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SparseDeviceInner {
+    pub fn new(
+        raw: ash::Device,
+        instance: ash::Instance,
+        physical_device: vk::PhysicalDevice,
+        bind_queue: vk::Queue,
+        gate: Arc<QueueGate>,
+        facts: SparseFacts,
+    ) -> SparseDeviceInner {
+        SparseDeviceInner {
+            raw,
+            instance,
+            physical_device,
+            bind_queue,
+            gate,
+            facts,
+            fences: Mutex::new(Vec::new()),
+            address_reserved: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes `bytes` of the device's sparse address space; `false` when they do not fit.
+    pub fn reserve_address_space(&self, bytes: u64) -> bool {
+        let total = self.facts.address_space;
+        self.address_reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&after| after <= total)
+            })
+            .is_ok()
+    }
+
+    /// Gives back address space taken by [`reserve_address_space`](Self::reserve_address_space).
+    pub fn release_address_space(&self, bytes: u64) {
+        self.address_reserved.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Address space reserved now, by every pool on the device.
+    pub fn address_space_in_use(&self) -> u64 {
+        self.address_reserved.load(Ordering::Acquire)
+    }
+
+    /// Destroys the pooled fences. Called as the device is destroyed, after every pool on
+    /// it is gone (pools keep the device alive).
+    pub fn destroy_fences(&self) {
+        for fence in lock(&self.fences).drain(..) {
+            // SAFETY: pooled fences are idle and the device is still alive.
+            unsafe { self.raw.destroy_fence(fence, None) };
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// What is known about a device that [`request_device`](super::request_device) opened.
+pub(crate) enum Registered {
+    /// Sparse binding is enabled.
+    Sparse(SparseDevice),
+    /// The device was opened without it, for this reason.
+    Plain(String),
+}
+
+/// Devices opened by `request_device`, by Vulkan handle, until they are destroyed.
+static DEVICES: RwLock<Vec<(vk::Device, Registered)>> = RwLock::new(Vec::new());
+
+pub(crate) fn register(handle: vk::Device, entry: Registered) {
+    DEVICES
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((handle, entry));
+}
+
+/// Removes `handle`'s entry and destroys what it pooled on the device.
+pub(crate) fn unregister(handle: vk::Device) {
+    let mut devices = DEVICES.write().unwrap_or_else(|p| p.into_inner());
+    for (_, entry) in devices.iter().filter(|(h, _)| *h == handle) {
+        if let Registered::Sparse(device) = entry {
+            device.inner.destroy_fences();
+        }
+    }
+    devices.retain(|(h, _)| *h != handle);
+}
+
+/// The registry's entry for `handle`: the sparse device, or why there is none.
+pub(crate) fn lookup(handle: vk::Device) -> Result<SparseDevice, String> {
+    let devices = DEVICES.read().unwrap_or_else(|p| p.into_inner());
+    match devices.iter().find(|(h, _)| *h == handle) {
+        Some((_, Registered::Sparse(device))) => Ok(device.clone()),
+        Some((_, Registered::Plain(reason))) => Err(reason.clone()),
+        None => Err(
+            "the device was not opened by wgpool::gpu::sparse::request_device, so \
+                     sparse binding is not enabled on it"
+                .to_string(),
+        ),
+    }
+}

@@ -1,0 +1,78 @@
+//! Errors of the page-mapping layer.
+
+use ash::vk;
+
+/// Why a device could not be opened with page mapping, or a page operation failed.
+///
+/// Every variant keeps the Vulkan result or wgpu error it came from.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SparseError {
+    /// The adapter is not a Vulkan adapter (page mapping exists only on Vulkan).
+    #[error(
+        "adapter {adapter:?} is not a Vulkan adapter; page mapping needs Vulkan sparse binding"
+    )]
+    NotVulkan {
+        /// The adapter's name.
+        adapter: String,
+    },
+    /// A Vulkan call failed.
+    #[error("{call} failed: {result}")]
+    Vulkan {
+        /// The Vulkan function that failed.
+        call: &'static str,
+        /// Its result code.
+        #[source]
+        result: vk::Result,
+    },
+    /// `vkAllocateMemory` refused: the device (or host) is out of memory.
+    #[error("out of device memory: vkAllocateMemory of {bytes} bytes failed: {result}")]
+    OutOfMemory {
+        /// The size that was asked for.
+        bytes: u64,
+        /// `VK_ERROR_OUT_OF_DEVICE_MEMORY` or `VK_ERROR_OUT_OF_HOST_MEMORY`.
+        #[source]
+        result: vk::Result,
+    },
+    /// The sparse address space has no room for another range of this size.
+    #[error(
+        "the sparse address space is exhausted: {requested} bytes asked, {in_use} of {total} in use"
+    )]
+    AddressSpace {
+        /// The range size that was asked for.
+        requested: u64,
+        /// Bytes of address space already reserved.
+        in_use: u64,
+        /// The device's `sparseAddressSpaceSize`.
+        total: u64,
+    },
+    /// wgpu-hal could not wrap the Vulkan device.
+    #[error("wgpu-hal could not take the Vulkan device: {0}")]
+    Hal(#[source] wgpu::hal::DeviceError),
+    /// wgpu refused the device made from the Vulkan device.
+    #[error("wgpu refused the device: {0}")]
+    RequestDevice(#[source] wgpu::RequestDeviceError),
+    /// A page operation named a range, offset or size that is not valid.
+    #[error("invalid page operation: {0}")]
+    Invalid(String),
+}
+
+impl SparseError {
+    /// A failed Vulkan call; allocation failures become [`SparseError::OutOfMemory`] only
+    /// where the caller knows the size, so this keeps the call's name.
+    pub(crate) fn vulkan(call: &'static str) -> impl FnOnce(vk::Result) -> SparseError {
+        move |result| SparseError::Vulkan { call, result }
+    }
+
+    /// Whether the error means "no memory": the retry chain may help.
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            SparseError::OutOfMemory { .. } | SparseError::AddressSpace { .. } => true,
+            SparseError::Vulkan { result, .. } => matches!(
+                *result,
+                vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY
+            ),
+            _ => false,
+        }
+    }
+}

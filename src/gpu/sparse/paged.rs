@@ -1,0 +1,480 @@
+//! Page-mapped memory of one pool: address ranges, the chunks behind them, and the binds
+//! that connect the two.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use ash::vk;
+
+use super::chunks::{ChunkCounters, ChunkPolicy, Chunks, PhysicalRun};
+use super::device::SparseDevice;
+use super::error::SparseError;
+use super::open::{NoPageMapping, sparse_device};
+use super::range::SparseRange;
+
+/// Counters of driver work, for `driver_time_s` and the bind statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct PagedCounters {
+    /// Chunk allocation and freeing.
+    pub chunks: ChunkCounters,
+    /// `vkQueueBindSparse` calls (each waited on with a fence).
+    pub bind_calls: u64,
+    /// Time in those calls and their fence waits.
+    pub bind_time: Duration,
+    /// Ranges created.
+    pub ranges_created: u64,
+    /// Time creating ranges (sparse `VkBuffer` and its wgpu wrapper).
+    pub range_time: Duration,
+    /// Time waiting for the GPU before unbinding pages.
+    pub unmap_wait_time: Duration,
+    /// Bytes bound over the memory's life.
+    pub mapped_bytes_total: u64,
+    /// Bytes unbound over the memory's life.
+    pub unmapped_bytes_total: u64,
+}
+
+impl PagedCounters {
+    /// Time in the driver: memory allocation and freeing, binds, and range creation (the
+    /// waits for the GPU before unbinding are not driver time).
+    pub fn driver_time(&self) -> Duration {
+        self.chunks.time + self.bind_time + self.range_time
+    }
+}
+
+/// What the memory holds now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PagedUsage {
+    /// Bytes of device memory in chunks.
+    pub device_bytes: u64,
+    /// Bytes of pages bound into ranges.
+    pub mapped_bytes: u64,
+    /// Bytes of address space reserved by ranges.
+    pub range_bytes: u64,
+    /// Live ranges.
+    pub ranges: usize,
+    /// Live chunks.
+    pub chunks: usize,
+}
+
+struct RangeState {
+    range: SparseRange,
+    /// Bound extents: offset in the range -> the physical pages behind it.
+    mapped: BTreeMap<u64, PhysicalRun>,
+}
+
+/// The page-mapped memory of one pool: sparse ranges (each one `wgpu::Buffer`) and the
+/// device memory chunks whose pages are bound into them.
+///
+/// Guarantees:
+/// - a map is one `vkQueueBindSparse`, complete (fence waited) when the call returns, so
+///   work submitted afterwards sees the pages;
+/// - an unmap first waits until every submission made before it has finished on the GPU,
+///   then unbinds in one call; its memory stays held for reuse until
+///   [`release_idle`](Self::release_idle);
+/// - a failed call changes nothing: a failed allocation is
+///   [`SparseError::OutOfMemory`], never a panic;
+/// - device memory in chunks never exceeds the limit set with
+///   [`set_limit`](Self::set_limit).
+pub struct PagedMemory {
+    sparse: SparseDevice,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    usage: wgpu::BufferUsages,
+    label: String,
+    ranges: Vec<Option<RangeState>>,
+    chunks: Chunks,
+    limit: Option<u64>,
+    mapped_bytes: u64,
+    range_bytes: u64,
+    counters: PagedCounters,
+}
+
+impl PagedMemory {
+    /// Page-mapped memory on `device` for ranges of `usage`. Fails when the device cannot
+    /// map pages (see [`sparse_device`]).
+    pub fn new(
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        usage: wgpu::BufferUsages,
+        label: &str,
+        policy: ChunkPolicy,
+    ) -> Result<PagedMemory, NoPageMapping> {
+        let sparse = sparse_device(device)?;
+        let page = sparse.page_size();
+        Ok(PagedMemory {
+            chunks: Chunks::new(page, policy),
+            sparse,
+            device: device.clone(),
+            queue: queue.clone(),
+            usage,
+            label: label.to_string(),
+            ranges: Vec::new(),
+            limit: None,
+            mapped_bytes: 0,
+            range_bytes: 0,
+            counters: PagedCounters::default(),
+        })
+    }
+
+    /// The device's page mapping facts.
+    pub fn sparse(&self) -> &SparseDevice {
+        &self.sparse
+    }
+
+    /// The page size: every offset and length of a map or unmap is a multiple of it.
+    pub fn page_size(&self) -> u64 {
+        self.sparse.page_size()
+    }
+
+    /// Caps the device memory in chunks (for `per_process_memory_fraction` and
+    /// `memory_limit_mb`); `None` removes the cap.
+    pub fn set_limit(&mut self, limit: Option<u64>) {
+        self.limit = limit;
+    }
+
+    /// Counters of driver work so far.
+    pub fn counters(&self) -> PagedCounters {
+        let mut counters = self.counters;
+        counters.chunks = self.chunks.counters;
+        counters
+    }
+
+    /// What is held now.
+    pub fn usage(&self) -> PagedUsage {
+        PagedUsage {
+            device_bytes: self.chunks.held_bytes(),
+            mapped_bytes: self.mapped_bytes,
+            range_bytes: self.range_bytes,
+            ranges: self.ranges.iter().flatten().count(),
+            chunks: self.chunks.count(),
+        }
+    }
+
+    /// Reserves range `id` of `size` bytes (a multiple of the page size) with no page
+    /// mapped. `id` must not be live.
+    pub fn reserve_range(&mut self, id: u32, size: u64) -> Result<(), SparseError> {
+        let slot = id as usize;
+        if self.ranges.get(slot).is_some_and(Option::is_some) {
+            return Err(SparseError::Invalid(format!(
+                "range {id} is already reserved"
+            )));
+        }
+        let facts = self.sparse.facts();
+        let reserved = self.sparse.inner.reserve_address_space(size);
+        if !reserved {
+            return Err(SparseError::AddressSpace {
+                requested: size,
+                in_use: self.sparse.inner.address_space_in_use(),
+                total: facts.address_space,
+            });
+        }
+        let start = Instant::now();
+        let label = format!("{} range {id}", self.label);
+        let made = SparseRange::new(&self.sparse, &self.device, size, self.usage, &label);
+        self.counters.range_time += start.elapsed();
+        let range = match made {
+            Ok(range) => range,
+            Err(error) => {
+                self.sparse.inner.release_address_space(size);
+                return Err(error);
+            }
+        };
+        self.counters.ranges_created += 1;
+        if self.ranges.len() <= slot {
+            self.ranges.resize_with(slot + 1, || None);
+        }
+        self.ranges[slot] = Some(RangeState {
+            range,
+            mapped: BTreeMap::new(),
+        });
+        self.range_bytes += size;
+        Ok(())
+    }
+
+    /// Releases range `id`: unmaps what is still mapped (waiting for the GPU first; the
+    /// memory stays held) and gives its address space back.
+    pub fn release_range(&mut self, id: u32) -> Result<(), SparseError> {
+        let mapped: Vec<(u64, u64)> = self
+            .range(id)?
+            .mapped
+            .iter()
+            .map(|(&offset, run)| (offset, run.pages as u64 * self.page_size()))
+            .collect();
+        if !mapped.is_empty() {
+            self.unmap(id, &mapped)?;
+        }
+        let state = self.ranges[id as usize].take().expect("checked live");
+        let size = state.range.size();
+        self.range_bytes -= size;
+        drop(state);
+        self.sparse.inner.release_address_space(size);
+        Ok(())
+    }
+
+    /// The wgpu buffer of live range `id`.
+    pub fn buffer(&self, id: u32) -> Option<&wgpu::Buffer> {
+        self.ranges
+            .get(id as usize)?
+            .as_ref()
+            .map(|state| state.range.buffer())
+    }
+
+    /// Whether every page of `offset..offset + len` of range `id` is mapped.
+    pub fn is_mapped(&self, id: u32, offset: u64, len: u64) -> bool {
+        let Ok(state) = self.range(id) else {
+            return false;
+        };
+        let page = self.page_size();
+        let mut at = offset;
+        let end = offset + len;
+        while at < end {
+            match state.mapped.range(..=at).next_back() {
+                Some((&start, run)) if start + run.pages as u64 * page > at => {
+                    at = start + run.pages as u64 * page;
+                }
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Binds memory behind every `(offset, len)` run of range `id`, in one
+    /// `vkQueueBindSparse`. Runs are whole pages, inside the range, and not mapped yet.
+    pub fn map(&mut self, id: u32, runs: &[(u64, u64)]) -> Result<(), SparseError> {
+        let page = self.page_size();
+        self.check_runs(id, runs)?;
+        {
+            let state = self.range(id)?;
+            for &(offset, len) in runs {
+                let overlaps = state
+                    .mapped
+                    .range(..offset + len)
+                    .next_back()
+                    .is_some_and(|(&start, run)| start + run.pages as u64 * page > offset);
+                if overlaps {
+                    return Err(SparseError::Invalid(format!(
+                        "range {id}: {offset}..{} is already partly mapped",
+                        offset + len
+                    )));
+                }
+            }
+        }
+        let total_pages: u64 = runs.iter().map(|&(_, len)| len / page).sum();
+        if total_pages == 0 {
+            return Ok(());
+        }
+        let physical = self.chunks.take(&self.sparse, total_pages, self.limit)?;
+        // Lay the physical runs over the requested runs, in order.
+        let mut placed: Vec<(u64, PhysicalRun)> = Vec::new();
+        let mut source = physical.iter().copied();
+        let mut current = source.next();
+        for &(offset, len) in runs {
+            let mut at = offset;
+            let end = offset + len;
+            while at < end {
+                let run = current.as_mut().expect("as many pages as the runs hold");
+                let pages = (run.pages as u64).min((end - at) / page) as u32;
+                placed.push((
+                    at,
+                    PhysicalRun {
+                        chunk: run.chunk,
+                        first: run.first,
+                        pages,
+                    },
+                ));
+                at += pages as u64 * page;
+                run.first += pages;
+                run.pages -= pages;
+                if run.pages == 0 {
+                    current = source.next();
+                }
+            }
+        }
+        let binds: Vec<vk::SparseMemoryBind> = placed
+            .iter()
+            .map(|&(offset, run)| {
+                vk::SparseMemoryBind::default()
+                    .resource_offset(offset)
+                    .size(run.pages as u64 * page)
+                    .memory(self.chunks.memory(run.chunk))
+                    .memory_offset(run.first as u64 * page)
+            })
+            .collect();
+        if let Err(error) = self.submit_binds(id, &binds) {
+            for run in physical {
+                self.chunks.give(run);
+            }
+            return Err(error);
+        }
+        let state = self.ranges[id as usize].as_mut().expect("checked live");
+        for (offset, run) in placed {
+            state.mapped.insert(offset, run);
+        }
+        let bytes = total_pages * page;
+        self.mapped_bytes += bytes;
+        self.counters.mapped_bytes_total += bytes;
+        Ok(())
+    }
+
+    /// Unbinds every `(offset, len)` run of range `id` (each wholly mapped) in one
+    /// `vkQueueBindSparse`, after all work submitted so far has finished on the GPU. The
+    /// memory stays held for later maps.
+    pub fn unmap(&mut self, id: u32, runs: &[(u64, u64)]) -> Result<(), SparseError> {
+        let page = self.page_size();
+        self.check_runs(id, runs)?;
+        for &(offset, len) in runs {
+            if !self.is_mapped(id, offset, len) {
+                return Err(SparseError::Invalid(format!(
+                    "range {id}: {offset}..{} is not wholly mapped",
+                    offset + len
+                )));
+            }
+        }
+        if runs.iter().all(|&(_, len)| len == 0) {
+            return Ok(());
+        }
+        self.wait_for_gpu();
+        let raw_runs: Vec<(u64, u64)> = runs.to_vec();
+        let binds: Vec<vk::SparseMemoryBind> = raw_runs
+            .iter()
+            .filter(|&&(_, len)| len > 0)
+            .map(|&(offset, len)| {
+                vk::SparseMemoryBind::default()
+                    .resource_offset(offset)
+                    .size(len)
+                    .memory(vk::DeviceMemory::null())
+            })
+            .collect();
+        self.submit_binds(id, &binds)?;
+        let state = self.ranges[id as usize].as_mut().expect("checked live");
+        let mut freed = Vec::new();
+        for &(offset, len) in &raw_runs {
+            let end = offset + len;
+            let mut at = offset;
+            while at < end {
+                let (&start, &run) = state
+                    .mapped
+                    .range(..=at)
+                    .next_back()
+                    .expect("checked mapped");
+                state.mapped.remove(&start);
+                let run_end = start + run.pages as u64 * page;
+                let cut_start = ((at - start) / page) as u32;
+                let cut_end = ((run_end.min(end) - start) / page) as u32;
+                if cut_start > 0 {
+                    state.mapped.insert(
+                        start,
+                        PhysicalRun {
+                            pages: cut_start,
+                            ..run
+                        },
+                    );
+                }
+                if cut_end < run.pages {
+                    state.mapped.insert(
+                        start + cut_end as u64 * page,
+                        PhysicalRun {
+                            chunk: run.chunk,
+                            first: run.first + cut_end,
+                            pages: run.pages - cut_end,
+                        },
+                    );
+                }
+                freed.push(PhysicalRun {
+                    chunk: run.chunk,
+                    first: run.first + cut_start,
+                    pages: cut_end - cut_start,
+                });
+                at = start + cut_end as u64 * page;
+            }
+        }
+        for run in freed {
+            self.chunks.give(run);
+        }
+        let bytes: u64 = raw_runs.iter().map(|&(_, len)| len).sum();
+        self.mapped_bytes -= bytes;
+        self.counters.unmapped_bytes_total += bytes;
+        Ok(())
+    }
+
+    /// Frees chunks with no page in use until at least `bytes` were freed (or none is
+    /// left); returns the bytes freed. Held pages of chunks that are partly in use stay.
+    pub fn release_idle(&mut self, bytes: u64) -> u64 {
+        self.chunks.release_idle(&self.sparse, bytes)
+    }
+
+    /// Bytes of held memory not bound anywhere.
+    pub fn idle_bytes(&self) -> u64 {
+        self.chunks.free_bytes()
+    }
+
+    fn range(&self, id: u32) -> Result<&RangeState, SparseError> {
+        self.ranges
+            .get(id as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| SparseError::Invalid(format!("range {id} is not reserved")))
+    }
+
+    fn check_runs(&self, id: u32, runs: &[(u64, u64)]) -> Result<(), SparseError> {
+        let page = self.page_size();
+        let size = self.range(id)?.range.size();
+        for &(offset, len) in runs {
+            if offset % page != 0
+                || len % page != 0
+                || offset.checked_add(len).is_none_or(|end| end > size)
+            {
+                return Err(SparseError::Invalid(format!(
+                    "range {id} of {size} bytes: run {offset}+{len} is not whole {page} B pages \
+                     inside it"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn submit_binds(&mut self, id: u32, binds: &[vk::SparseMemoryBind]) -> Result<(), SparseError> {
+        let buffer = self.range(id)?.range.raw();
+        let info = vk::SparseBufferMemoryBindInfo::default()
+            .buffer(buffer)
+            .binds(binds);
+        let start = Instant::now();
+        let result = self.sparse.bind(std::slice::from_ref(&info));
+        self.counters.bind_time += start.elapsed();
+        self.counters.bind_calls += 1;
+        result
+    }
+
+    /// Waits until everything submitted to the device so far (and writes queued before
+    /// now) has finished.
+    fn wait_for_gpu(&mut self) {
+        let start = Instant::now();
+        let index = self.queue.submit(std::iter::empty());
+        // A device lost or timed out leaves nothing running to wait for.
+        let _ = self.device.poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        });
+        self.counters.unmap_wait_time += start.elapsed();
+    }
+}
+
+impl Drop for PagedMemory {
+    fn drop(&mut self) {
+        // Every block is gone; wait for the work that used them, then give everything back.
+        self.wait_for_gpu();
+        for state in self.ranges.drain(..).flatten() {
+            self.sparse.inner.release_address_space(state.range.size());
+        }
+        self.chunks.free_all(&self.sparse);
+    }
+}
+
+impl std::fmt::Debug for PagedMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PagedMemory")
+            .field("usage", &self.usage())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,146 @@
+//! An address range: one sparse `VkBuffer` with no memory of its own, wrapped as a
+//! `wgpu::Buffer` so that kernels, copies and bind groups use it like any buffer.
+
+use ash::vk;
+use wgpu::hal::api::Vulkan;
+
+use super::device::SparseDevice;
+use super::error::SparseError;
+
+/// A sparse buffer and its wgpu wrapper. Pages are bound into it by the pool; reading or
+/// writing an unbound page is undefined (never done by the pool: blocks lie on mapped pages).
+///
+/// Dropping it destroys the wgpu buffer; wgpu destroys the `VkBuffer` once the last
+/// submission that used it has finished.
+pub(crate) struct SparseRange {
+    raw: vk::Buffer,
+    size: u64,
+    buffer: wgpu::Buffer,
+}
+
+impl SparseRange {
+    /// A range of `size` bytes (a multiple of the page size) with `usage`.
+    pub fn new(
+        sparse: &SparseDevice,
+        device: &wgpu::Device,
+        size: u64,
+        usage: wgpu::BufferUsages,
+        label: &str,
+    ) -> Result<SparseRange, SparseError> {
+        let page = sparse.page_size();
+        if size == 0 || size % page != 0 || size > sparse.facts().max_range_size {
+            return Err(SparseError::Invalid(format!(
+                "a range of {size} bytes: it must be a non-zero multiple of the {page} B page \
+                 and at most {} bytes",
+                sparse.facts().max_range_size
+            )));
+        }
+        let raw_device = sparse.raw();
+        let info = vk::BufferCreateInfo::default()
+            .size(size)
+            .usage(vulkan_usage(usage))
+            .flags(vk::BufferCreateFlags::SPARSE_BINDING | vk::BufferCreateFlags::SPARSE_RESIDENCY)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: a sparse buffer on a device opened with sparse binding and residency.
+        let raw =
+            unsafe { raw_device.create_buffer(&info, None) }.map_err(|result| match result {
+                vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+                    SparseError::OutOfMemory {
+                        bytes: size,
+                        result,
+                    }
+                }
+                _ => SparseError::Vulkan {
+                    call: "vkCreateBuffer (sparse)",
+                    result,
+                },
+            })?;
+        // SAFETY: `raw` is live.
+        let requirements = unsafe { raw_device.get_buffer_memory_requirements(raw) };
+        let facts = sparse.facts();
+        if requirements.alignment > page
+            || page % requirements.alignment.max(1) != 0
+            || requirements.memory_type_bits & (1 << facts.memory_type) == 0
+        {
+            // SAFETY: nothing else knows of `raw`.
+            unsafe { raw_device.destroy_buffer(raw, None) };
+            return Err(SparseError::Invalid(format!(
+                "a sparse buffer with usage {usage:?} needs {} B pages in memory types {:#x}; \
+                 the device was probed with {page} B pages in type {}",
+                requirements.alignment, requirements.memory_type_bits, facts.memory_type
+            )));
+        }
+        let destroy_with = raw_device.clone();
+        let destroy: wgpu::hal::DropCallback = Box::new(move || {
+            // SAFETY: wgpu runs this once, when it drops the hal buffer after the last
+            // submission that used it; nothing else destroys `raw`.
+            unsafe { destroy_with.destroy_buffer(raw, None) }
+        });
+        // SAFETY: `raw` outlives the hal buffer: `destroy`, run when wgpu drops the hal
+        // buffer, is the only place that destroys it. wgpu never maps it (no MAP usage).
+        let hal_buffer =
+            unsafe { wgpu::hal::vulkan::Buffer::from_raw_externally_owned(raw, destroy) };
+        let descriptor = wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage,
+            mapped_at_creation: false,
+        };
+        // SAFETY: the hal buffer was created on this device with the Vulkan usages that
+        // `usage` needs, has a non-zero size, and needs no initialization (the pool hands
+        // out uninitialized memory, as it does from segments).
+        let buffer = unsafe { device.create_buffer_from_hal::<Vulkan>(hal_buffer, &descriptor) };
+        Ok(SparseRange { raw, size, buffer })
+    }
+
+    /// The wgpu buffer over the whole range.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+
+    /// The Vulkan buffer, for binds.
+    pub fn raw(&self) -> vk::Buffer {
+        self.raw
+    }
+
+    /// The range's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+impl Drop for SparseRange {
+    fn drop(&mut self) {
+        // wgpu refuses any further use of the buffer and drops the hal buffer (destroying
+        // the VkBuffer) after the submissions that used it.
+        self.buffer.destroy();
+    }
+}
+
+/// The Vulkan usages a range needs for wgpu `usage`, including what wgpu adds internally
+/// (indirect validation and timestamp normalization read such buffers as storage).
+pub(crate) fn vulkan_usage(usage: wgpu::BufferUsages) -> vk::BufferUsageFlags {
+    use wgpu::BufferUsages as U;
+    let mut flags = vk::BufferUsageFlags::TRANSFER_DST;
+    let pairs = [
+        (U::COPY_SRC, vk::BufferUsageFlags::TRANSFER_SRC),
+        (U::UNIFORM, vk::BufferUsageFlags::UNIFORM_BUFFER),
+        (U::STORAGE, vk::BufferUsageFlags::STORAGE_BUFFER),
+        (U::INDEX, vk::BufferUsageFlags::INDEX_BUFFER),
+        (U::VERTEX, vk::BufferUsageFlags::VERTEX_BUFFER),
+        (
+            U::INDIRECT,
+            vk::BufferUsageFlags::from_raw(
+                vk::BufferUsageFlags::INDIRECT_BUFFER.as_raw()
+                    | vk::BufferUsageFlags::STORAGE_BUFFER.as_raw(),
+            ),
+        ),
+        (U::QUERY_RESOLVE, vk::BufferUsageFlags::STORAGE_BUFFER),
+    ];
+    for (wgpu_usage, vulkan) in pairs {
+        if usage.contains(wgpu_usage) {
+            flags |= vulkan;
+        }
+    }
+    flags
+}

@@ -1,0 +1,147 @@
+//! Page mapping on the GPU (Vulkan sparse binding), on the binary's shared device: lavapipe
+//! 25 in CI (`scripts/setup-vulkan` installs it), 4 KiB pages and one queue.
+
+mod common;
+
+use common::gpu;
+use wgpool::gpu::sparse::{ChunkPolicy, PagedMemory, sparse_device};
+use wgpool::gpu::transfer::read_region;
+use wgpool::kernels::{KernelCall, Kernels, Operand, pattern_word};
+
+const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+/// Small chunks, so that a few MiB already span several chunks and a bind has many entries.
+fn small_chunks() -> ChunkPolicy {
+    ChunkPolicy::default()
+        .with_min_chunk(256 << 10)
+        .with_max_chunk(256 << 10)
+}
+
+fn paged() -> PagedMemory {
+    let ctx = gpu();
+    PagedMemory::new(ctx.device(), ctx.queue(), USAGE, "test", small_chunks())
+        .expect("the test device maps pages (lavapipe >= 25: run scripts/setup-vulkan)")
+}
+
+fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn headless_devices_map_pages() {
+    let ctx = gpu();
+    let sparse = sparse_device(ctx.device()).expect("GpuContext::headless enables sparse binding");
+    let facts = sparse.facts();
+    assert!(facts.page_size.is_power_of_two(), "{facts:?}");
+    assert!(facts.address_space >= 1 << 30, "{facts:?}");
+    assert!(facts.max_range_size >= 1 << 30, "{facts:?}");
+    assert_eq!(ctx.page_mapping().unwrap().facts(), facts);
+}
+
+#[test]
+fn a_kernel_writes_across_page_and_chunk_borders() {
+    let ctx = gpu();
+    let mut memory = paged();
+    let page = memory.page_size();
+    memory.reserve_range(0, 16 << 20).unwrap();
+    // Sixteen 256 KiB chunks, one map each, then all unmapped: held, not bound.
+    for i in 0..16u64 {
+        memory
+            .map(0, &[((8 << 20) + i * (256 << 10), 256 << 10)])
+            .unwrap();
+    }
+    memory.unmap(0, &[(8 << 20, 4 << 20)]).unwrap();
+    assert_eq!(memory.usage().chunks, 16);
+    assert_eq!(memory.usage().mapped_bytes, 0);
+    // 4 MiB from 1 MiB in one call: pages of all sixteen chunks, in one bind.
+    let binds = memory.counters().bind_calls;
+    memory.map(0, &[(1 << 20, 4 << 20)]).unwrap();
+    assert_eq!(memory.counters().bind_calls, binds + 1);
+    assert_eq!(memory.usage().mapped_bytes, 4 << 20);
+    assert_eq!(memory.usage().device_bytes, 4 << 20);
+    assert_eq!(memory.usage().chunks, 16);
+    let buffer = memory.buffer(0).unwrap().clone();
+
+    // 3 MiB starting 512 B into the mapped region and off every page border.
+    let (offset, len) = ((1 << 20) + 512, 3 << 20);
+    assert_ne!(offset % page, 0);
+    let kernels = Kernels::new(ctx.device(), ctx.queue());
+    kernels
+        .run(&KernelCall::fill_pattern(
+            Operand::new(&buffer, offset, len),
+            77,
+        ))
+        .unwrap();
+    let data = read_region(ctx.device(), ctx.queue(), &buffer, offset, len).unwrap();
+    let expected: Vec<u32> = (0..(len / 4) as u32).map(|i| pattern_word(77, i)).collect();
+    assert_eq!(words(&data), expected);
+    let sum = kernels
+        .checksum(Operand::new(&buffer, offset, len))
+        .unwrap();
+    assert_eq!(sum, wgpool::kernels::checksum(&expected, 0));
+}
+
+#[test]
+fn unmapped_memory_is_reused_and_neighbours_keep_their_data() {
+    let ctx = gpu();
+    let mut memory = paged();
+    memory.reserve_range(3, 8 << 20).unwrap();
+    memory.map(3, &[(0, 2 << 20)]).unwrap();
+    assert_eq!(
+        memory.counters().chunks.allocations,
+        1,
+        "one chunk of the map's size"
+    );
+    let buffer = memory.buffer(3).unwrap().clone();
+    let kernels = Kernels::new(ctx.device(), ctx.queue());
+    kernels
+        .run(&KernelCall::fill_pattern(
+            Operand::new(&buffer, 0, 2 << 20),
+            5,
+        ))
+        .unwrap();
+    // Unmap the middle 1 MiB (splitting the mapped extents), keep the rest.
+    memory.unmap(3, &[(512 << 10, 1 << 20)]).unwrap();
+    assert_eq!(memory.usage().mapped_bytes, 1 << 20);
+    assert_eq!(
+        memory.usage().device_bytes,
+        2 << 20,
+        "unmapped memory stays held"
+    );
+    assert!(memory.is_mapped(3, 0, 512 << 10));
+    assert!(!memory.is_mapped(3, 0, 1 << 20));
+    // Map elsewhere: the held memory is reused, no new chunk.
+    memory.map(3, &[(4 << 20, 1 << 20)]).unwrap();
+    assert_eq!(memory.usage().device_bytes, 2 << 20);
+    assert_eq!(memory.counters().chunks.allocations, 1);
+    for (start, len) in [(0u64, 512u64 << 10), (1536 << 10, 512 << 10)] {
+        let data = read_region(ctx.device(), ctx.queue(), &buffer, start, len).unwrap();
+        let first = (start / 4) as u32;
+        let expected: Vec<u32> = (first..first + (len / 4) as u32)
+            .map(|i| pattern_word(5, i))
+            .collect();
+        assert_eq!(words(&data), expected, "data at {start}");
+    }
+    // Unmapping what is not mapped, or a run off the pages, is refused and changes nothing.
+    assert!(memory.unmap(3, &[(2 << 20, 4096)]).is_err());
+    assert!(memory.map(3, &[(4 << 20, 4096)]).is_err(), "already mapped");
+    assert!(memory.map(3, &[(100, 4096)]).is_err());
+    assert!(
+        memory.map(3, &[(8 << 20, 4096)]).is_err(),
+        "outside the range"
+    );
+    assert_eq!(memory.usage().mapped_bytes, 2 << 20);
+
+    // Everything unmapped: every chunk is idle, and release_idle frees them.
+    memory.release_range(3).unwrap();
+    assert_eq!(memory.usage().mapped_bytes, 0);
+    assert_eq!(memory.usage().ranges, 0);
+    assert_eq!(memory.release_idle(u64::MAX), 2 << 20);
+    assert_eq!(memory.usage().device_bytes, 0);
+    assert_eq!(memory.counters().chunks.frees, 1);
+}
