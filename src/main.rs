@@ -30,6 +30,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_window_system_probe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Replay(args) => cli::replay::run(args),
@@ -46,5 +47,23 @@ fn main() -> ExitCode {
             eprintln!("wgpool: {}", failure.message);
             ExitCode::from(failure.exit_code)
         }
+    }
+}
+
+/// Keeps Mesa's Vulkan device-select layer from probing the window system.
+///
+/// wgpu enables every surface extension the Vulkan loader offers, Wayland's included, even on
+/// a headless instance. Mesa's implicit device-select layer sees that and connects to the
+/// Wayland display to find the default GPU; with `WAYLAND_DISPLAY` set but no usable
+/// `XDG_RUNTIME_DIR` (a container, a CI job, an ssh session) libwayland prints
+/// "error: XDG_RUNTIME_DIR is invalid or not set in the environment." once per instance. A
+/// headless tool never presents to a display, so it switches the layer off the way the layer
+/// documents (`NODEVICE_SELECT=1`), unless the user chose a value. Adapter choice stays
+/// with wgpu (`WGPU_ADAPTER_NAME`, `WGPU_POWER_PREF`, `--adapter`).
+fn quiet_window_system_probe() {
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        // SAFETY: called first thing in `main`, before this process starts any thread, so no
+        // other thread can read or write the environment at the same time.
+        unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
     }
 }

@@ -797,6 +797,24 @@ fn wgpool(args: &[&str]) -> std::process::Output {
         .expect("run wgpool")
 }
 
+/// Issue 13: a headless run printed libwayland's "XDG_RUNTIME_DIR is invalid" once per
+/// instance when `WAYLAND_DISPLAY` was set without a runtime directory (Mesa's device-select
+/// layer probing the display).
+#[test]
+fn cli_runs_quietly_without_a_window_system() {
+    let _ = common::gpu();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wgpool"))
+        .args(["info"])
+        .env("WAYLAND_DISPLAY", "wayland-0")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("NODEVICE_SELECT")
+        .output()
+        .expect("run wgpool");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr, "", "a headless run prints nothing on stderr");
+}
+
 #[test]
 fn cli_rejects_bad_bench_and_info_input_with_exit_code_2() {
     let _ = common::gpu(); // fail with the install hint, not an odd exit code, when there is no adapter

@@ -9,7 +9,7 @@ use wgpool::config::Config;
 use wgpool::engine::AllocError;
 use wgpool::gpu::GpuContext;
 use wgpool::kernels::{Dtype, KernelCall, Kernels, pattern_word};
-use wgpool::pool::{BindingError, Block, MoveError, Pool, Residency};
+use wgpool::pool::{BindingError, Block, MoveError, Pool, PoolError, ReadWriteError, Residency};
 
 /// A device opened without `MAPPABLE_PRIMARY_BUFFERS`, as on adapters that lack it.
 fn device_without_mappable_primary(gpu: &GpuContext) -> (wgpu::Device, wgpu::Queue) {
@@ -55,6 +55,15 @@ fn allocations_over_a_full_cap_overflow_to_host_and_kernels_still_work() {
     // The cap is full: this one comes from host memory instead of failing.
     let a = pool.alloc(4 * n).unwrap();
     assert_eq!(a.residency(), Residency::Host);
+    assert_eq!(
+        (pool.memory_stats().num_ooms, pool.num_host_overflows()),
+        (0, 1),
+        "a request served from host memory is an overflow, not an out-of-memory"
+    );
+    assert!(
+        pool.memory_summary()
+            .contains("1 requests were served from host memory")
+    );
     let device = pool.memory_stats();
     let host = pool.host_memory_stats().expect("host memory in use");
     assert_eq!(
@@ -89,7 +98,9 @@ fn allocations_over_a_full_cap_overflow_to_host_and_kernels_still_work() {
             .all(|(i, &x)| x == bs[i] + 2.0 * cs[i]),
         "triad into a host block"
     );
-    // And one reads it: copy the host block into a device block.
+    // And one reads it: copy the host block into a device block. The triad was submitted
+    // by `Kernels::run`; marking that lets the dropped `b` free its memory at once.
+    pool.mark_submitted();
     drop(b);
     let d = pool.alloc(4 * n).unwrap();
     assert_eq!(d.residency(), Residency::Device);
@@ -214,7 +225,7 @@ fn offload_frees_device_memory_and_prefetch_reports_a_full_device() {
     assert_eq!(pool.read(&first).unwrap(), pattern(1, 16 << 20));
     let other = Pool::from_context(gpu, Config::default()).unwrap();
     assert!(
-        matches!(other.offload(&mut first), Err(MoveError::Copy(_))),
+        matches!(other.offload(&mut first), Err(MoveError::ForeignBlock)),
         "blocks move only within their pool"
     );
 }
@@ -232,8 +243,18 @@ fn without_mappable_primary_buffers_offloaded_blocks_must_be_prefetched_before_b
     pool.offload(&mut block).unwrap();
     assert_eq!(block.residency(), Residency::Host);
     let error = block.binding().unwrap_err();
-    assert!(matches!(error, BindingError::NotBindable { .. }));
-    assert!(error.to_string().contains("prefetch it first"), "{error}");
+    assert_eq!(error, BindingError::Offloaded);
+    let message = error.to_string();
+    for needle in [
+        "moved to host memory by Pool::offload",
+        "this device was created without MAPPABLE_PRIMARY_BUFFERS",
+        "Pool::prefetch",
+    ] {
+        assert!(
+            message.contains(needle),
+            "message lacks `{needle}`: {message}"
+        );
+    }
     assert_eq!(
         pool.read(&block).unwrap(),
         data,
@@ -244,4 +265,108 @@ fn without_mappable_primary_buffers_offloaded_blocks_must_be_prefetched_before_b
     assert_eq!(pool.read(&block).unwrap(), data);
     assert_eq!(block.generation(), 2);
     pool.check_consistency().unwrap();
+}
+
+#[test]
+fn overflow_to_host_needs_a_device_that_binds_host_memory() {
+    let gpu = common::gpu();
+    let second = common::own(|| device_without_mappable_primary(gpu));
+    let (device, queue) = &*second;
+    let refused = Pool::new(device, queue, Config::parse("overflow:host").unwrap()).unwrap_err();
+    assert_eq!(refused, PoolError::HostOverflowUnsupported);
+    let message = refused.to_string();
+    for needle in [
+        "MAPPABLE_PRIMARY_BUFFERS",
+        "this device was created without it",
+        "required_features",
+    ] {
+        assert!(
+            message.contains(needle),
+            "message lacks `{needle}`: {message}"
+        );
+    }
+    // Offloading stays available there: blocks wait in host memory until prefetched.
+    assert!(Pool::new(device, queue, Config::default()).is_ok());
+}
+
+#[test]
+fn blocks_of_another_devices_pool_are_refused_without_a_panic() {
+    let gpu = common::gpu();
+    let second = common::own(|| device_without_mappable_primary(gpu));
+    let (device, queue) = &*second;
+    let here = Pool::from_context(gpu, Config::default()).unwrap();
+    let there = Pool::new(device, queue, Config::default()).unwrap();
+    let mut foreign = there.alloc(4096).unwrap();
+    there.write(&foreign, &pattern(3, 4096)).unwrap();
+    assert!(matches!(
+        here.write(&foreign, &[1, 2, 3, 4]),
+        Err(ReadWriteError::ForeignBlock)
+    ));
+    assert!(matches!(
+        here.read(&foreign),
+        Err(ReadWriteError::ForeignBlock)
+    ));
+    assert!(matches!(
+        here.offload(&mut foreign),
+        Err(MoveError::ForeignBlock)
+    ));
+    assert!(matches!(
+        here.prefetch(&mut foreign),
+        Err(MoveError::ForeignBlock)
+    ));
+    let message = here.read(&foreign).unwrap_err().to_string();
+    assert!(message.contains("belongs to another pool"), "{message}");
+    // Nothing changed, in either pool.
+    assert_eq!(there.read(&foreign).unwrap(), pattern(3, 4096));
+    assert!(!here.owns(&foreign) && there.owns(&foreign));
+    here.check_consistency().unwrap();
+    there.check_consistency().unwrap();
+}
+
+#[test]
+fn short_writes_keep_the_bytes_after_them_in_device_and_host_memory() {
+    let gpu = common::gpu();
+    let pool = Pool::from_context(gpu, Config::default()).unwrap();
+    let mut block = pool.alloc(16).unwrap();
+    let original: Vec<u8> = (1..=16).collect();
+    for round in 0..2 {
+        pool.write(&block, &original).unwrap();
+        pool.write(&block, &[170; 5]).unwrap();
+        let mut expected = original.clone();
+        expected[..5].fill(170);
+        assert_eq!(
+            pool.read(&block).unwrap(),
+            expected,
+            "round {round} ({:?})",
+            block.residency()
+        );
+        // Odd lengths in the middle of a word and at a word's end.
+        pool.write(&block, &[7; 7]).unwrap();
+        expected[..7].fill(7);
+        assert_eq!(pool.read(&block).unwrap(), expected);
+        pool.write(&block, &[]).unwrap();
+        assert_eq!(pool.read(&block).unwrap(), expected);
+        // The next round runs on the block offloaded to host memory.
+        pool.offload(&mut block).unwrap();
+    }
+    // A block of odd size written whole: its own bytes, nothing else.
+    let odd = pool.alloc(13).unwrap();
+    pool.write(&odd, &[9; 13]).unwrap();
+    assert_eq!(pool.read(&odd).unwrap(), vec![9; 13]);
+}
+
+#[test]
+fn short_writes_on_staging_host_memory_keep_the_bytes_after_them() {
+    let gpu = common::gpu();
+    let second = common::own(|| device_without_mappable_primary(gpu));
+    let (device, queue) = &*second;
+    let pool = Pool::new(device, queue, Config::default()).unwrap();
+    let mut block = pool.alloc(16).unwrap();
+    let original: Vec<u8> = (1..=16).collect();
+    pool.write(&block, &original).unwrap();
+    pool.offload(&mut block).unwrap();
+    pool.write(&block, &[170; 5]).unwrap();
+    let mut expected = original;
+    expected[..5].fill(170);
+    assert_eq!(pool.read(&block).unwrap(), expected);
 }

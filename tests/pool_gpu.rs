@@ -11,7 +11,10 @@ use wgpool::engine::AllocError;
 use wgpool::gpu::transfer::{read_region, write_region};
 use wgpool::gpu::{GpuContext, HeadlessOptions};
 use wgpool::kernels::{Dtype, KernelCall, Kernels, pattern_word};
-use wgpool::pool::{BindingError, Block, Pool, PoolError, PoolOptions};
+use wgpool::pool::{
+    BindingAccess, BindingError, Block, BlockBindings, FreeTiming, Pool, PoolError, PoolOptions,
+    ReadWriteError,
+};
 
 fn pool(gpu: &GpuContext, conf: &str) -> Pool {
     Pool::from_context(gpu, Config::parse(conf).unwrap()).unwrap()
@@ -95,8 +98,10 @@ fn reuse_after_free_follows_submission_order() {
     let copy = kernels
         .prepare(&KernelCall::copy(Dtype::F32, a.operand(), out.operand()))
         .unwrap();
-    kernels.submit(&copy).unwrap();
     let (buffer, offset) = (a.buffer().clone(), a.offset());
+    kernels.submit(&copy).unwrap();
+    // The copy is submitted: say so, and A's memory may go to the next block at once.
+    pool.mark_submitted();
     drop(a);
     // The next block of the same size takes A's memory at once, and is overwritten.
     let b = pool.alloc(size).unwrap();
@@ -301,10 +306,8 @@ fn bad_requests_are_clear_errors() {
         .unwrap_err();
     assert!(error.to_string().contains("do not fit a block"), "{error}");
     // Mappable usages belong to the staging pool.
-    let options = PoolOptions {
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        ..Default::default()
-    };
+    let options = PoolOptions::default()
+        .with_usage(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
     let refused = Pool::with_options(gpu.device(), gpu.queue(), Config::default(), options);
     assert!(matches!(refused, Err(PoolError::Usage { .. })));
     // A fraction needs the device size; lavapipe reports it through Vulkan, so this works.
@@ -328,11 +331,12 @@ fn reuse_cache_keeps_statistics_exact_and_blocks_outlive_the_pool() {
     let gpu = common::gpu();
     let pool = pool(gpu, "policy:pytorch");
     let first = pool.alloc(3000).unwrap();
-    let (buffer, offset) = (first.buffer().clone(), first.offset());
+    // (`segment()` names the buffer without exposing it: see FreeTiming.)
+    let (segment, offset) = (first.segment(), first.offset());
     drop(first);
     // The same size comes straight back from the reuse cache.
     let again = pool.alloc(3000).unwrap();
-    assert_eq!((again.buffer(), again.offset()), (&buffer, offset));
+    assert_eq!((again.segment(), again.offset()), (segment, offset));
     drop(again);
     for _ in 0..10 {
         drop(pool.alloc(3000).unwrap());
@@ -363,4 +367,354 @@ fn reuse_cache_keeps_statistics_exact_and_blocks_outlive_the_pool() {
     // The block stays valid after the last pool handle is gone.
     assert!(survivor.binding().is_ok());
     drop((other, survivor));
+}
+
+fn pattern(seed: u32, bytes: u64) -> Vec<u8> {
+    let words: Vec<u32> = (0..bytes.div_ceil(4) as u32)
+        .map(|i| pattern_word(seed, i))
+        .collect();
+    let mut out: Vec<u8> = bytemuck::cast_slice(&words).to_vec();
+    out.truncate(bytes as usize);
+    out
+}
+
+/// The sequence of issue 13, item 1: a kernel recorded on block A, A dropped, a new block
+/// written, then the encoder submitted with the application's own `queue.submit`.
+#[test]
+fn a_block_dropped_before_its_commands_are_submitted_keeps_its_bytes_for_them() {
+    let gpu = common::gpu();
+    let kernels = Kernels::new(gpu.device(), gpu.queue());
+    let size = 64 << 10;
+    let original = pattern(11, size);
+    for timing in [FreeTiming::AfterSubmit, FreeTiming::AtDrop] {
+        let options = PoolOptions::default().with_free_timing(timing);
+        let config = Config::parse("policy:pytorch").unwrap();
+        let pool = Pool::with_options(gpu.device(), gpu.queue(), config, options).unwrap();
+        let a = pool.alloc(size).unwrap();
+        let out = pool.alloc(size).unwrap();
+        pool.write(&a, &original).unwrap();
+        let mut encoder = gpu.device().create_command_encoder(&Default::default());
+        kernels
+            .record(
+                &mut encoder,
+                &KernelCall::copy(Dtype::F32, a.operand(), out.operand()),
+            )
+            .unwrap();
+        let (buffer, offset, capacity) = (a.buffer().clone(), a.offset(), a.capacity());
+        drop(a);
+        let b = pool.alloc(size).unwrap();
+        let reused = b.buffer() == &buffer && b.offset() == offset;
+        pool.write(&b, &vec![0xEE; size as usize]).unwrap();
+        gpu.queue().submit([encoder.finish()]);
+        let got = pool.read(&out).unwrap();
+        match timing {
+            FreeTiming::AfterSubmit => {
+                assert!(
+                    !reused,
+                    "A's memory is held back while the copy is unsubmitted"
+                );
+                assert_eq!(got, original, "the recorded copy read A's bytes");
+                assert_eq!(pool.held_bytes(), capacity);
+                assert!(pool.memory_summary().contains("wait for Pool::submit"));
+                pool.mark_submitted();
+                assert_eq!(pool.held_bytes(), 0);
+                let c = pool.alloc(size).unwrap();
+                assert!(
+                    c.buffer() == &buffer && c.offset() == offset,
+                    "after the submission point A's memory serves the next request"
+                );
+            }
+            _ => {
+                // What the default prevents: under AtDrop the new block took A's memory and
+                // its write ran before the recorded copy.
+                assert!(reused);
+                assert_eq!(got, vec![0xEE; size as usize]);
+            }
+        }
+        drop(b);
+        pool.check_consistency().unwrap();
+    }
+}
+
+#[test]
+fn pool_submit_is_a_submission_point_and_unexposed_blocks_return_at_once() {
+    let gpu = common::gpu();
+    let kernels = Kernels::new(gpu.device(), gpu.queue());
+    let pool = pool(gpu, "policy:pytorch");
+    // Never bound: dropped straight back into the cache.
+    let quiet = pool.alloc(4096).unwrap();
+    pool.write(&quiet, &[1; 4096]).unwrap();
+    assert_eq!(pool.read(&quiet).unwrap(), vec![1; 4096]);
+    drop(quiet);
+    assert_eq!(pool.held_bytes(), 0);
+    let a = pool.alloc(4096).unwrap();
+    let mut encoder = gpu.device().create_command_encoder(&Default::default());
+    kernels
+        .record(&mut encoder, &KernelCall::fill(a.operand(), 0x0102_0304))
+        .unwrap();
+    drop(a);
+    assert_eq!(pool.held_bytes(), 4096);
+    assert_eq!(
+        pool.memory_stats().allocated_bytes.all.current,
+        4096,
+        "held blocks stay allocated"
+    );
+    pool.submit([encoder.finish()]);
+    assert_eq!(pool.held_bytes(), 0);
+    assert_eq!(pool.memory_stats().allocated_bytes.all.current, 0);
+    pool.check_consistency().unwrap();
+}
+
+const NATURAL_KERNEL: &str = "
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let i = id.x;
+    if (i < arrayLength(&y)) {
+        y[i] = x[i] * w[i];
+    }
+}
+";
+
+#[test]
+fn the_natural_kernel_shape_binds_through_block_bindings() {
+    let gpu = common::gpu();
+    let device = gpu.device();
+    let activations = pool(gpu, "");
+    let weights = pool(gpu, "");
+    let n = 1000u64;
+    let (x, y) = (
+        activations.alloc(4 * n).unwrap(),
+        activations.alloc(4 * n).unwrap(),
+    );
+    let w = weights.alloc(4 * n).unwrap();
+    assert_eq!(
+        x.buffer(),
+        y.buffer(),
+        "blocks of one pool share a segment buffer"
+    );
+    let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let ws: Vec<f32> = (0..n).map(|i| 0.5 + (i % 3) as f32).collect();
+    activations.write(&x, bytemuck::cast_slice(&xs)).unwrap();
+    weights.write(&w, bytemuck::cast_slice(&ws)).unwrap();
+
+    // Declared as is, x (read-only) and y (read-write) share a buffer: a clear error, before
+    // wgpu would refuse the dispatch.
+    let natural = BlockBindings::new()
+        .read(0, &x)
+        .read(1, &w)
+        .read_write(2, &y);
+    let error = natural.check().unwrap_err();
+    assert_eq!(
+        error,
+        BindingError::ReadOnlyConflict {
+            read_only: 0,
+            read_write: 2
+        }
+    );
+    for needle in ["read_write", "another pool"] {
+        assert!(error.to_string().contains(needle), "{error}");
+    }
+    assert!(
+        natural
+            .create_layout(device, wgpu::ShaderStages::COMPUTE)
+            .is_err()
+    );
+
+    // The documented shape: inputs that share the output's pool are read_write, inputs from
+    // another pool stay read-only.
+    let source = NATURAL_KERNEL.replace("var<storage, read> x", "var<storage, read_write> x");
+    let bindings = BlockBindings::new()
+        .read_write(0, &x)
+        .read(1, &w)
+        .read_write(2, &y);
+    let layout = bindings
+        .create_layout(device, wgpu::ShaderStages::COMPUTE)
+        .unwrap();
+    let group = bindings.create_bind_group(device, &layout).unwrap();
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: None,
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: None,
+        bind_group_layouts: &[Some(&layout)],
+        immediate_size: 0,
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: None,
+        layout: Some(&pipeline_layout),
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let mut encoder = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(n.div_ceil(64) as u32, 1, 1);
+    }
+    activations.submit([encoder.finish()]);
+    weights.mark_submitted();
+    let ys: Vec<f32> = bytemuck::pod_collect_to_vec(&activations.read(&y).unwrap());
+    assert!(ys.iter().enumerate().all(|(i, &v)| v == xs[i] * ws[i]));
+
+    // The pieces, one at a time.
+    let resource = wgpu::BindingResource::try_from(&y).unwrap();
+    let wgpu::BindingResource::Buffer(binding) = resource else {
+        panic!("a buffer binding")
+    };
+    assert_eq!(
+        (binding.offset, binding.size.map(|s| s.get())),
+        (y.offset(), Some(4 * n))
+    );
+    let entry = BindingAccess::ReadOnly.layout_entry(1, wgpu::ShaderStages::COMPUTE);
+    assert!(matches!(
+        entry.ty,
+        wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only: true },
+            ..
+        }
+    ));
+    assert_eq!(
+        BlockBindings::new()
+            .read_write(0, &x)
+            .read_write(0, &y)
+            .check(),
+        Err(BindingError::DuplicateBinding { binding: 0 })
+    );
+}
+
+const FILL_BINDING: &str = "
+@group(0) @binding(0) var<storage, read_write> d: array<u32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < arrayLength(&d)) {
+        d[id.x] = 0xFFFFFFFFu;
+    }
+}
+";
+
+/// Issue 15, F3: a zero-length window used to bind "to the end of the buffer".
+#[test]
+fn a_block_never_binds_bytes_outside_itself() {
+    let gpu = common::gpu();
+    let device = gpu.device();
+    let pool = pool(gpu, "policy:pytorch");
+    let a = pool.alloc(1000).unwrap();
+    let neighbour = pool.alloc(1000).unwrap();
+    assert_eq!(a.buffer(), neighbour.buffer());
+    assert_eq!(
+        a.binding_range(0, 0).unwrap_err(),
+        BindingError::Empty { offset: 0 }
+    );
+    assert!(matches!(
+        a.binding_range(512, 0),
+        Err(BindingError::Empty { .. })
+    ));
+    pool.write(&neighbour, &[GUARD; 1000]).unwrap();
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: None,
+        source: wgpu::ShaderSource::Wgsl(FILL_BINDING.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: None,
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let layout = pipeline.get_bind_group_layout(0);
+    // Every window the block hands out, the whole capacity included: the kernel writes all
+    // of it and no byte of the neighbour.
+    for window in [
+        a.binding().unwrap(),
+        a.binding_range(0, a.capacity()).unwrap(),
+        a.binding_range(512, 4).unwrap(),
+    ] {
+        let group = BlockBindings::new()
+            .window(0, BindingAccess::ReadWrite, window)
+            .create_bind_group(device, &layout)
+            .unwrap();
+        let mut encoder = device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &group, &[]);
+            pass.dispatch_workgroups(1024, 1, 1);
+        }
+        pool.submit([encoder.finish()]);
+        assert_eq!(pool.read(&neighbour).unwrap(), vec![GUARD; 1000]);
+    }
+    assert_eq!(pool.read(&a).unwrap(), vec![0xFF; 1000]);
+}
+
+/// Issue 13, item 4: a pool without COPY_SRC, such as a uniform pool.
+#[test]
+fn read_on_a_pool_without_copy_src_is_a_typed_error() {
+    let gpu = common::gpu();
+    let options = PoolOptions::default()
+        .with_usage(wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST)
+        .with_label("uniforms");
+    let uniforms =
+        Pool::with_options(gpu.device(), gpu.queue(), Config::default(), options).unwrap();
+    let block = uniforms.alloc(256).unwrap();
+    uniforms.write(&block, &[1; 256]).unwrap();
+    let error = uniforms.read(&block).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ReadWriteError::MissingUsage {
+                needed: "COPY_SRC",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("PoolOptions::with_usage"),
+        "{error}"
+    );
+    // A short write of odd length would need to read the bytes after it.
+    let error = uniforms.write(&block, &[2; 5]).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ReadWriteError::MissingUsage {
+                needed: "COPY_SRC",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(
+        block.binding().is_ok(),
+        "the block still binds as a uniform"
+    );
+}
+
+/// Issue 15, F9: TooLarge means larger than the largest block the pool can serve.
+#[test]
+fn too_large_means_above_the_largest_block() {
+    let gpu = common::gpu();
+    let pool = pool(gpu, "");
+    let max_buffer_size = gpu.limits().max_buffer_size;
+    let largest = max_buffer_size / 512 * 512;
+    for size in [max_buffer_size, largest + 1, u64::MAX] {
+        if size <= largest {
+            continue;
+        }
+        let AllocError::TooLarge { requested, max } = pool.alloc(size).unwrap_err() else {
+            panic!("{size} bytes should be too large")
+        };
+        assert_eq!((requested, max), (size, largest));
+    }
+    pool.check_consistency().unwrap();
 }

@@ -69,6 +69,9 @@ impl OperandSource for PoolBlocks {
         count: usize,
         size: u64,
     ) -> Result<OperandSet, BenchError> {
+        // Every command of the previous operand sets has been submitted: blocks dropped from
+        // here on return to the pool at once.
+        self.pool.mark_submitted();
         let span = LEAD_BYTES + count as u64 * size;
         let mut keep: Vec<Block> = Vec::with_capacity(count + 1);
         let mut operands: Vec<Block> = Vec::with_capacity(count);

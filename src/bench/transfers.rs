@@ -177,7 +177,7 @@ pub fn measure_transfers(
     let mut rows = Vec::new();
     let mut data = vec![0u8; size as usize];
     let check = |row: &str, data: &[u8], block: &Block| -> Result<(), TransferBenchError> {
-        let got = read_region(device, queue, block.buffer(), block.offset(), size)?;
+        let got = read_region(device, queue, block.place().0, block.place().1, size)?;
         verify(row, data, &got)
     };
 
@@ -210,7 +210,7 @@ pub fn measure_transfers(
     fill_pattern(&mut data, 3);
     let samples = time_runs(counts, || {
         let index = catch(device, || {
-            queue.write_buffer(block.buffer(), block.offset(), &data);
+            queue.write_buffer(block.place().0, block.place().1, &data);
             queue.submit([])
         })?;
         device.poll(wgpu::PollType::Wait {
@@ -261,7 +261,7 @@ pub fn measure_transfers(
 
     let mut last = Vec::new();
     let samples = time_runs(counts, || {
-        last = read_region(device, queue, block.buffer(), block.offset(), size)?;
+        last = read_region(device, queue, block.place().0, block.place().1, size)?;
         Ok(())
     })?;
     verify("map_read", &data, &last)?;

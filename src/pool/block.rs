@@ -2,10 +2,10 @@
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::BindingError;
 use super::Residency;
-use super::shared::PoolShared;
+use super::shared::{BindingLimits, PoolShared};
 use crate::engine::{Allocation, BlockId, SegmentId, SegmentKind};
 use crate::kernels::Operand;
 
@@ -21,6 +21,9 @@ pub(crate) struct BlockParts {
     pub residency: Residency,
     /// Counts the moves between device and host memory.
     pub generation: u32,
+    /// The pool's submission epoch when the block was last exposed (a binding, operand,
+    /// slice or buffer taken); 0 if never since it was handed out.
+    pub exposed_in: AtomicU64,
 }
 
 impl BlockParts {
@@ -28,6 +31,7 @@ impl BlockParts {
         BlockParts {
             residency,
             generation: 0,
+            exposed_in: AtomicU64::new(0),
             id: allocation.block,
             buffer,
             segment: allocation.segment,
@@ -66,8 +70,13 @@ impl Block {
         }
     }
 
-    /// The segment buffer that holds the block.
+    /// The segment buffer that holds the block. Other blocks share it: use
+    /// [`binding`](Block::binding), [`operand`](Block::operand) or [`slice`](Block::slice)
+    /// to reach the block's own bytes.
+    ///
+    /// Counts as exposing the block (see [`FreeTiming`](super::FreeTiming)).
     pub fn buffer(&self) -> &wgpu::Buffer {
+        self.expose();
         &self.parts.buffer
     }
 
@@ -131,62 +140,11 @@ impl Block {
         self.parts.size.div_ceil(4) * 4
     }
 
-    /// The whole block as one binding: `offset()` and `bound_size()`.
-    ///
-    /// Fails with [`BindingError::TooLarge`] when the block is larger than the device allows
-    /// one binding to be (`max_storage_buffer_binding_size` for storage pools); bind it in
-    /// windows with [`binding_range`](Block::binding_range) instead.
-    pub fn binding(&self) -> Result<wgpu::BufferBinding<'_>, BindingError> {
-        self.binding_range(0, self.bound_size())
-    }
-
-    /// A window `start..start + size` of the block as a binding. `start` must be a multiple
-    /// of the device's offset alignment and the window must lie inside the block and within
-    /// the binding limit.
-    pub fn binding_range(
-        &self,
-        start: u64,
-        size: u64,
-    ) -> Result<wgpu::BufferBinding<'_>, BindingError> {
-        let limits = &self.shared.limits;
-        if self.parts.residency == Residency::Host && !self.shared.host_bindable {
-            return Err(BindingError::NotBindable {
-                reason: "the block is offloaded to host staging memory, and this adapter lacks \
-                         MAPPABLE_PRIMARY_BUFFERS, so kernels cannot bind it there; prefetch it first",
-            });
-        }
-        if start
-            .checked_add(size)
-            .is_none_or(|end| end > self.parts.capacity)
-        {
-            return Err(BindingError::OutOfRange {
-                offset: start,
-                size,
-                capacity: self.parts.capacity,
-            });
-        }
-        if start % limits.offset_alignment != 0 {
-            return Err(BindingError::Misaligned {
-                offset: start,
-                alignment: limits.offset_alignment,
-            });
-        }
-        if size > limits.binding_limit {
-            return Err(BindingError::TooLarge {
-                size,
-                limit: limits.binding_limit,
-                kind: limits.binding_kind,
-            });
-        }
-        Ok(wgpu::BufferBinding {
-            buffer: &self.parts.buffer,
-            offset: self.parts.offset + start,
-            size: std::num::NonZeroU64::new(size),
-        })
-    }
-
     /// The block as a buffer slice of `size()` bytes (for vertex, index and copy use).
+    ///
+    /// Counts as exposing the block (see [`FreeTiming`](super::FreeTiming)).
     pub fn slice(&self) -> wgpu::BufferSlice<'_> {
+        self.expose();
         self.parts
             .buffer
             .slice(self.parts.offset..self.parts.offset + self.parts.size)
@@ -194,8 +152,35 @@ impl Block {
 
     /// The block as a kernel operand of `bound_size()` bytes. Kernels split operands larger
     /// than the binding limit into windows themselves.
+    ///
+    /// Counts as exposing the block (see [`FreeTiming`](super::FreeTiming)).
     pub fn operand(&self) -> Operand<'_> {
+        self.expose();
         Operand::new(&self.parts.buffer, self.parts.offset, self.bound_size())
+    }
+
+    /// Notes that commands may now name the block's memory: dropped before the pool's next
+    /// submission point, it is held back (see [`FreeTiming`](super::FreeTiming)).
+    #[inline]
+    pub(super) fn expose(&self) {
+        let epoch = self.shared.epoch.load(Ordering::Acquire);
+        self.parts.exposed_in.store(epoch, Ordering::Release);
+    }
+
+    /// The buffer and offset, for the crate's own transfers, which submit at once and so
+    /// do not expose the block.
+    pub(crate) fn place(&self) -> (&wgpu::Buffer, u64) {
+        (&self.parts.buffer, self.parts.offset)
+    }
+
+    /// The binding limits of the pool the block came from.
+    pub(super) fn limits(&self) -> &BindingLimits {
+        &self.shared.limits
+    }
+
+    /// Whether kernels can bind host memory on the block's device.
+    pub(super) fn host_bindable(&self) -> bool {
+        self.shared.host_bindable
     }
 }
 

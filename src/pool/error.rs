@@ -3,9 +3,12 @@
 use thiserror::Error;
 
 use crate::format::bytes;
+use crate::gpu::scope::CaughtError;
+use crate::gpu::transfer::TransferError;
 
 /// Why a pool could not be created.
 #[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
 pub enum PoolError {
     /// The configuration cannot be applied to this device.
     #[error("cannot apply WGPOOL_CONF to this device: {0}")]
@@ -26,10 +29,19 @@ pub enum PoolError {
         /// Why not.
         reason: &'static str,
     },
+    /// `overflow:host` on a device that cannot bind host memory.
+    #[error(
+        "overflow:host serves blocks from host memory that kernels bind in place, which needs \
+         the device feature MAPPABLE_PRIMARY_BUFFERS, and this device was created without it; \
+         request it in DeviceDescriptor::required_features where the adapter supports it \
+         (GpuContext::headless does), or use overflow:none and Pool::offload / Pool::prefetch"
+    )]
+    HostOverflowUnsupported,
 }
 
-/// Why a block cannot be bound as one binding.
+/// Why a block cannot be bound.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum BindingError {
     /// The block is larger than the device lets one binding be.
     #[error(
@@ -56,12 +68,23 @@ pub enum BindingError {
         /// The block's capacity.
         capacity: u64,
     },
-    /// The block is where no binding can reach it.
-    #[error("the block cannot be bound: {reason}")]
-    NotBindable {
-        /// Why, and what to do.
-        reason: &'static str,
+    /// A window of zero bytes: wgpu reads a binding without a size as "to the end of the
+    /// buffer", which would reach past the block.
+    #[error(
+        "binding range at {offset} has size 0; a binding must cover at least one byte of the \
+         block (wgpu would read a missing size as \"to the end of the buffer\")"
+    )]
+    Empty {
+        /// Window start within the block.
+        offset: u64,
     },
+    /// The block is offloaded to host memory that kernels cannot bind on this device.
+    #[error(
+        "the block was moved to host memory by Pool::offload, and this device was created \
+         without MAPPABLE_PRIMARY_BUFFERS, so kernels cannot bind host memory; move it back \
+         with Pool::prefetch before binding it"
+    )]
+    Offloaded,
     /// A window start that the device cannot bind.
     #[error(
         "binding range offset {offset} is not a multiple of the device's offset alignment {alignment}"
@@ -72,16 +95,91 @@ pub enum BindingError {
         /// The alignment required.
         alignment: u64,
     },
+    /// A read-only binding shares its buffer with a read-write binding of the same group.
+    #[error(
+        "binding {read_only} is read-only storage but lies in the same buffer as read-write \
+         binding {read_write}; wgpu forbids one buffer being both in one dispatch, and pool \
+         blocks share segment buffers. Declare binding {read_only} `var<storage, read_write>` in \
+         WGSL and add it with BlockBindings::read_write, or allocate it from another pool \
+         (blocks of different pools never share a buffer)"
+    )]
+    ReadOnlyConflict {
+        /// The read-only binding number.
+        read_only: u32,
+        /// The read-write binding in the same buffer.
+        read_write: u32,
+    },
+    /// A binding number used twice in one group.
+    #[error("binding {binding} is given twice")]
+    DuplicateBinding {
+        /// The binding number.
+        binding: u32,
+    },
+    /// wgpu refused the layout or bind group.
+    #[error("wgpu refused the bind group: {0}")]
+    Gpu(#[source] CaughtError),
 }
+
+/// Why [`Pool::write`](super::Pool::write) or [`Pool::read`](super::Pool::read) failed.
+/// The block is unchanged.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ReadWriteError {
+    /// The block was handed out by another pool (possibly on another device).
+    #[error("{}", FOREIGN_BLOCK)]
+    ForeignBlock,
+    /// More data than the block holds.
+    #[error("{len} bytes do not fit a block of {size} bytes")]
+    BeyondBlock {
+        /// Bytes given.
+        len: u64,
+        /// The block's size.
+        size: u64,
+    },
+    /// The pool's segments lack a usage the transfer needs.
+    #[error(
+        "the pool's buffers lack usage {needed}, which {purpose} needs; add it to the pool's \
+         usages with PoolOptions::with_usage"
+    )]
+    MissingUsage {
+        /// The usage flag needed.
+        needed: &'static str,
+        /// What it is needed for.
+        purpose: &'static str,
+    },
+    /// The copy itself failed.
+    #[error("the transfer failed: {0}")]
+    Transfer(#[source] TransferError),
+}
+
+impl From<TransferError> for ReadWriteError {
+    fn from(error: TransferError) -> Self {
+        ReadWriteError::Transfer(error)
+    }
+}
+
+/// The message of a block used with a pool that did not hand it out.
+const FOREIGN_BLOCK: &str = "the block belongs to another pool (blocks can only be read, \
+     written or moved through the pool that allocated them, which may be on another device)";
 
 /// Why a block could not be moved between device and host memory. The block is unchanged:
 /// still where it was, with its contents and generation.
-#[derive(Debug, Clone, PartialEq, Error)]
+#[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum MoveError {
     /// No memory for the block's new home.
     #[error("cannot move the block: {0}")]
     Alloc(#[from] crate::engine::AllocError),
-    /// The copy failed.
-    #[error("cannot move the block: {0}")]
-    Copy(String),
+    /// The block was handed out by another pool.
+    #[error("cannot move the block: {}", FOREIGN_BLOCK)]
+    ForeignBlock,
+    /// The host side of the pool could not be set up.
+    #[error("cannot move the block: host memory is unavailable: {0}")]
+    HostTier(#[source] PoolError),
+    /// The device refused the copy.
+    #[error("cannot move the block: the copy failed: {0}")]
+    Copy(#[source] CaughtError),
+    /// Reading the block out of host memory, or writing it to the device, failed.
+    #[error("cannot move the block: the transfer failed: {0}")]
+    Transfer(#[source] TransferError),
 }

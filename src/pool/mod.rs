@@ -32,60 +32,39 @@
 //! engine's retry chain (release cached blocks, retry) and ends, if nothing helps, as
 //! [`AllocError::OutOfMemory`] with the engine's diagnostic; the pool stays usable.
 
+mod alloc;
+mod binding;
 mod block;
+mod check;
 mod device_memory;
 mod device_segments;
 mod error;
 mod host_tier;
 mod movement;
+mod options;
+mod read_write;
 mod residency;
 mod reuse_cache;
 mod shared;
+mod stats;
+mod submission;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use binding::{BindingAccess, BlockBindings};
 pub use block::Block;
-pub use error::{BindingError, MoveError, PoolError};
+pub use error::{BindingError, MoveError, PoolError, ReadWriteError};
 pub use host_tier::{BINDABLE_HOST_USAGE, STAGING_HOST_USAGE};
+pub use options::{DEFAULT_USAGE, FreeTiming, PoolOptions};
 pub use residency::Residency;
 
 use crate::config::{Config, Overflow};
-use crate::engine::{AllocError, Engine, EngineLimits, MemoryStats, SegmentSnapshot};
+use crate::engine::{Engine, EngineLimits};
 use crate::gpu::GpuContext;
-use crate::gpu::transfer::{TransferError, map_read_into, read_region, write_region};
-use block::BlockParts;
 use device_segments::DeviceSegments;
 use reuse_cache::ReuseCache;
 use shared::{BindingLimits, PoolShared, PoolState};
-
-/// The default usages of pool segments.
-pub const DEFAULT_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
-    .union(wgpu::BufferUsages::COPY_SRC)
-    .union(wgpu::BufferUsages::COPY_DST);
-
-/// Settings of a pool beyond `WGPOOL_CONF`.
-#[derive(Debug, Clone)]
-pub struct PoolOptions {
-    /// Usages of every segment buffer. A pool serves one usage set; make one pool per set
-    /// (storage, uniform, vertex, index, indirect). Each pool keeps its own cap.
-    pub usage: wgpu::BufferUsages,
-    /// Label prefix of the segment buffers.
-    pub label: String,
-    /// Device memory in bytes for `per_process_memory_fraction`. `None` reads it from the
-    /// device (Vulkan memory heaps); set it where the backend cannot report it.
-    pub device_memory: Option<u64>,
-}
-
-impl Default for PoolOptions {
-    fn default() -> Self {
-        PoolOptions {
-            usage: DEFAULT_USAGE,
-            label: "wgpool".to_string(),
-            device_memory: None,
-        }
-    }
-}
 
 /// A caching pool of device memory. Cheap to clone: clones share the same pool.
 /// `Pool` is `Send + Sync`; allocation and free from many threads are serialized by one lock
@@ -96,6 +75,11 @@ impl Default for PoolOptions {
 pub struct Pool {
     shared: Arc<PoolShared>,
 }
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Pool>();
+};
 
 impl Clone for Pool {
     fn clone(&self) -> Pool {
@@ -156,6 +140,12 @@ impl Pool {
                 reason: "mappable host memory belongs to the staging pool, not a device pool",
             });
         }
+        let host_bindable = device
+            .features()
+            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
+        if config.overflow == Overflow::Host && !host_bindable {
+            return Err(PoolError::HostOverflowUnsupported);
+        }
         let limits = device.limits();
         let binding = binding_limits(usage, &limits);
         if binding.offset_alignment > crate::engine::rounding::MIN_BLOCK_SIZE {
@@ -182,173 +172,19 @@ impl Pool {
                     engine,
                     segments,
                     host: None,
+                    held: Vec::new(),
+                    host_overflows: 0,
                 }),
                 reuse,
                 handles: AtomicUsize::new(1),
-                host_bindable: device
-                    .features()
-                    .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS),
+                host_bindable,
                 label: options.label,
+                free_timing: options.free_timing,
+                epoch: AtomicU64::new(1),
             }),
         })
     }
 
-    /// A block of at least `size` bytes.
-    ///
-    /// Fails with [`AllocError::ZeroSize`] for 0, [`AllocError::TooLarge`] above the device's
-    /// `max_buffer_size`, and [`AllocError::OutOfMemory`] when neither the cache, nor a new
-    /// segment, nor releasing the whole cache and retrying helps.
-    ///
-    /// A block dropped just before is handed straight back to the next request of exactly
-    /// its size (see the reuse cache); every other request is placed by the policy with all
-    /// free memory visible to it.
-    #[inline]
-    pub fn alloc(&self, size: u64) -> Result<Block, AllocError> {
-        if let Some((shared, parts)) = self.shared.reuse.take(size) {
-            return Ok(Block::new(shared, parts));
-        }
-        self.alloc_through_engine(size)
-    }
-
-    fn alloc_through_engine(&self, size: u64) -> Result<Block, AllocError> {
-        let mut state = self.shared.lock_flushed();
-        let PoolState {
-            engine, segments, ..
-        } = &mut *state;
-        let (allocation, residency) = match engine.allocate(size, 0, segments) {
-            Ok(allocation) => (allocation, Residency::Device),
-            Err(AllocError::OutOfMemory(oom)) if engine.config().overflow == Overflow::Host => (
-                self.overflow_to_host(&mut state, size, oom)?,
-                Residency::Host,
-            ),
-            Err(error) => return Err(error),
-        };
-        let buffer = match residency {
-            Residency::Device => state.segments.buffer(allocation.segment),
-            Residency::Host => state
-                .host
-                .as_ref()
-                .expect("overflow made the host tier")
-                .segments
-                .buffer(allocation.segment),
-        }
-        .clone();
-        drop(state);
-        Ok(Block::new(
-            self.shared.clone(),
-            Box::new(BlockParts::new(allocation, buffer, residency)),
-        ))
-    }
-
-    /// Serves a request the device could not from host memory (`overflow:host`). If host
-    /// memory fails too, the device's out-of-memory error comes back, saying how much went to
-    /// host memory.
-    fn overflow_to_host(
-        &self,
-        state: &mut PoolState,
-        size: u64,
-        mut oom: crate::engine::OutOfMemory,
-    ) -> Result<crate::engine::Allocation, AllocError> {
-        let host = match self.shared.host_tier(state) {
-            Ok(host) => host,
-            Err(error) => {
-                oom.cause = crate::engine::OomCause::Device(format!(
-                    "{}; host overflow unavailable: {error}",
-                    oom.cause
-                ));
-                return Err(AllocError::OutOfMemory(oom));
-            }
-        };
-        match host.engine.allocate(size, 0, &mut host.segments) {
-            Ok(allocation) => Ok(allocation),
-            Err(AllocError::OutOfMemory(host_oom)) => {
-                oom.host_overflow = Some(host.engine.memory_stats().allocated_bytes.all.current);
-                oom.cause = crate::engine::OomCause::Device(format!(
-                    "host memory refused the overflow too: {}",
-                    host_oom.cause
-                ));
-                Err(AllocError::OutOfMemory(oom))
-            }
-            Err(error) => Err(error),
-        }
-    }
-
-    /// Statistics of host-resident memory (overflow and offloaded blocks), kept apart from the
-    /// device statistics of [`memory_stats`](Pool::memory_stats). `None` until the pool first
-    /// uses host memory.
-    pub fn host_memory_stats(&self) -> Option<MemoryStats> {
-        self.shared
-            .lock_flushed()
-            .host
-            .as_ref()
-            .map(|host| host.engine.memory_stats())
-    }
-
-    /// A copy of the statistics, with PyTorch's keys and meanings.
-    pub fn memory_stats(&self) -> MemoryStats {
-        self.shared.lock_flushed().engine.memory_stats()
-    }
-
-    /// Sets every peak statistic to its current value.
-    pub fn reset_peak_stats(&self) {
-        self.shared.lock_flushed().engine.reset_peak_stats();
-    }
-
-    /// Zeroes the accumulated totals and counters (PyTorch's
-    /// `reset_accumulated_memory_stats`).
-    pub fn reset_accumulated_stats(&self) {
-        self.shared.lock_flushed().engine.reset_accumulated_stats();
-    }
-
-    /// The statistics as a text table.
-    ///
-    /// With host memory in use, a second table follows for the host-resident blocks.
-    pub fn memory_summary(&self) -> String {
-        let state = self.shared.lock_flushed();
-        let mut out = state.engine.memory_summary();
-        if let Some(host) = &state.host {
-            out.push_str("host-resident memory (overflow and offloaded blocks):\n");
-            out.push_str(&host.engine.memory_summary());
-        }
-        out
-    }
-
-    /// The segments and their blocks.
-    pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
-        self.shared.lock_flushed().engine.snapshot()
-    }
-
-    /// Destroys every cached segment buffer that holds no live block; `reserved_bytes` drops
-    /// by their total size.
-    pub fn empty_cache(&self) {
-        let mut state = self.shared.lock_flushed();
-        let PoolState {
-            engine,
-            segments,
-            host,
-        } = &mut *state;
-        engine.empty_cache(segments);
-        if let Some(host) = host {
-            host.engine.empty_cache(&mut host.segments);
-        }
-    }
-
-    /// Checks the engine's invariants (statistics equal a recount, blocks tile their
-    /// segments) and that every segment has a live buffer of its size. For tests and for
-    /// debugging an application; it walks every block.
-    pub fn check_consistency(&self) -> Result<(), String> {
-        let state = self.shared.lock_flushed();
-        check_tier(&state.engine, &state.segments)?;
-        if let Some(host) = &state.host {
-            check_tier(&host.engine, &host.segments).map_err(|e| format!("host memory: {e}"))?;
-        }
-        Ok(())
-    }
-
-    /// The cap on reserved bytes, if any.
-    pub fn memory_cap(&self) -> Option<u64> {
-        self.shared.lock().engine.memory_cap()
-    }
     /// The configuration the pool runs.
     pub fn config(&self) -> Config {
         self.shared.lock().engine.config().clone()
@@ -357,6 +193,11 @@ impl Pool {
     /// The usages of the pool's segment buffers.
     pub fn usage(&self) -> wgpu::BufferUsages {
         self.shared.lock().segments.usage()
+    }
+
+    /// When dropped blocks may be reused.
+    pub fn free_timing(&self) -> FreeTiming {
+        self.shared.free_timing
     }
 
     /// The device.
@@ -369,64 +210,9 @@ impl Pool {
         &self.shared.queue
     }
 
-    /// Copies `data` into the start of `block`, in queue order: work submitted after this
-    /// call sees the data. `data` may be shorter than the block; it may not be longer.
-    pub fn write(&self, block: &Block, data: &[u8]) -> Result<(), TransferError> {
-        if data.len() as u64 > block.size() {
-            return Err(TransferError::BeyondBlock {
-                len: data.len() as u64,
-                size: block.size(),
-            });
-        }
-        let whole = data.len() / 4 * 4;
-        let (head, tail) = data.split_at(whole);
-        let device = &self.shared.device;
-        write_region(
-            device,
-            &self.shared.queue,
-            block.buffer(),
-            block.offset(),
-            head,
-        )?;
-        if !tail.is_empty() {
-            // The block's capacity is a multiple of 512 B, so the padded word is its own.
-            let mut word = [0u8; 4];
-            word[..tail.len()].copy_from_slice(tail);
-            write_region(
-                device,
-                &self.shared.queue,
-                block.buffer(),
-                block.offset() + whole as u64,
-                &word,
-            )?;
-        }
-        Ok(())
-    }
-
-    /// The block's `size()` bytes, after all work submitted so far. Blocks until the data
-    /// is on the host.
-    pub fn read(&self, block: &Block) -> Result<Vec<u8>, TransferError> {
-        if !block
-            .buffer()
-            .usage()
-            .contains(wgpu::BufferUsages::COPY_SRC)
-        {
-            // A host block without MAPPABLE_PRIMARY_BUFFERS: its buffer is its own, mappable.
-            let mut data = Vec::with_capacity(block.bound_size() as usize);
-            let range = block.offset()..block.offset() + block.bound_size();
-            map_read_into(&self.shared.device, block.buffer(), range, &mut data)?;
-            data.truncate(block.size() as usize);
-            return Ok(data);
-        }
-        let mut data = read_region(
-            &self.shared.device,
-            &self.shared.queue,
-            block.buffer(),
-            block.offset(),
-            block.bound_size(),
-        )?;
-        data.truncate(block.size() as usize);
-        Ok(data)
+    /// Whether `block` was handed out by this pool (or a clone of it).
+    pub fn owns(&self, block: &Block) -> bool {
+        Arc::ptr_eq(block.shared(), &self.shared)
     }
 }
 
@@ -438,28 +224,6 @@ impl std::fmt::Debug for Pool {
             .field("reserved_bytes", &stats.reserved_bytes.all.current)
             .finish()
     }
-}
-
-/// Checks one engine's invariants and that every segment has a buffer of its size.
-fn check_tier(engine: &Engine, segments: &DeviceSegments) -> Result<(), String> {
-    engine.check_invariants()?;
-    for segment in engine.snapshot() {
-        let buffer = segments.buffer(segment.id);
-        if buffer.size() != segment.size {
-            return Err(format!(
-                "segment {} has {} bytes but its buffer {}",
-                segment.id.0,
-                segment.size,
-                buffer.size()
-            ));
-        }
-    }
-    let live = segments.live_buffers();
-    let count = engine.memory_stats().segment.all.current as usize;
-    if live != count {
-        return Err(format!("{live} segment buffers exist for {count} segments"));
-    }
-    Ok(())
 }
 
 /// The binding limit and offset alignment of a usage set: the strictest among the binding

@@ -1,14 +1,12 @@
 //! Moving blocks between device and host memory: `offload` and `prefetch`.
 
-use std::sync::Arc;
-
 use super::block::BlockParts;
-use super::error::MoveError;
+use super::error::{MoveError, ReadWriteError};
 use super::shared::{PoolShared, PoolState, free_to_engine};
 use super::{Block, Pool, Residency};
 use crate::engine::AllocError;
 use crate::gpu::scope::catch;
-use crate::gpu::transfer::write_region;
+use crate::gpu::transfer::{TransferError, write_region};
 
 impl Pool {
     /// Moves `block` into host memory, keeping its contents, and frees its device memory.
@@ -26,7 +24,7 @@ impl Pool {
         let host = self
             .shared
             .host_tier(&mut state)
-            .map_err(|e| MoveError::Copy(e.to_string()))?;
+            .map_err(MoveError::HostTier)?;
         let allocation = host.engine.allocate(block.size(), 0, &mut host.segments)?;
         let buffer = host.segments.buffer(allocation.segment).clone();
         let target = BlockParts::new(allocation, buffer, Residency::Host);
@@ -36,7 +34,7 @@ impl Pool {
         }
         let old = block.relocate(target);
         // The copy is submitted; later users of the device memory come after it in the queue.
-        free_to_engine(&mut state, old);
+        self.retire(&mut state, old);
         Ok(())
     }
 
@@ -56,6 +54,7 @@ impl Pool {
                 engine,
                 segments,
                 host,
+                ..
             } = &mut *state;
             engine
                 .allocate(block.size(), 0, segments)
@@ -82,15 +81,25 @@ impl Pool {
             return Err(error);
         }
         let old = block.relocate(target);
-        free_to_engine(&mut state, old);
+        self.retire(&mut state, old);
         Ok(())
     }
 
+    /// Frees the place a block moved out of, or holds it back until the next submission
+    /// point when commands recorded since the last one may still name it.
+    fn retire(&self, state: &mut PoolState, old: BlockParts) {
+        if self.shared.must_hold(&old) {
+            state.held.push(old);
+        } else {
+            free_to_engine(state, old);
+        }
+    }
+
     fn check_owner(&self, block: &Block) -> Result<(), MoveError> {
-        if Arc::ptr_eq(block.shared(), &self.shared) {
+        if self.owns(block) {
             Ok(())
         } else {
-            Err(MoveError::Copy("the block belongs to another pool".into()))
+            Err(MoveError::ForeignBlock)
         }
     }
 
@@ -105,24 +114,29 @@ impl Pool {
             encoder.copy_buffer_to_buffer(&from.buffer, from.offset, &to.buffer, to.offset, bytes);
             queue.submit([encoder.finish()]);
         })
-        .map_err(|e| MoveError::Copy(e.to_string()))
+        .map_err(MoveError::Copy)
     }
 
     /// Copies a host block that no copy can read (no `MAPPABLE_PRIMARY_BUFFERS`) by mapping
     /// it, then writing the bytes to `to`.
     fn copy_through_cpu(&self, block: &Block, to: &BlockParts) -> Result<(), MoveError> {
         let bytes = self
-            .read(block)
-            .map_err(|e| MoveError::Copy(e.to_string()))?;
-        let mut padded = bytes;
-        padded.resize(block.bound_size() as usize, 0);
+            .read_words(block, 0, block.bound_size())
+            .map_err(|error| match error {
+                ReadWriteError::MissingUsage { needed, purpose } => {
+                    MoveError::Transfer(TransferError::MissingUsage { needed, purpose })
+                }
+                ReadWriteError::Transfer(error) => MoveError::Transfer(error),
+                // `read_words` checks usages and copies, nothing else.
+                _ => MoveError::ForeignBlock,
+            })?;
         write_region(
             &self.shared.device,
             &self.shared.queue,
             &to.buffer,
             to.offset,
-            &padded,
+            &bytes,
         )
-        .map_err(|e| MoveError::Copy(e.to_string()))
+        .map_err(MoveError::Transfer)
     }
 }

@@ -1,6 +1,6 @@
 //! State shared by a pool and its blocks.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::Residency;
@@ -8,6 +8,7 @@ use super::block::BlockParts;
 use super::device_segments::DeviceSegments;
 use super::error::PoolError;
 use super::host_tier::HostTier;
+use super::options::FreeTiming;
 use super::reuse_cache::ReuseCache;
 use crate::engine::{Engine, SegmentKind};
 
@@ -27,6 +28,11 @@ pub(crate) struct PoolState {
     pub segments: DeviceSegments,
     /// Host-resident segments, made on first overflow or offload.
     pub host: Option<HostTier>,
+    /// Blocks dropped while commands recorded since the last submission point may name
+    /// them: still allocated, freed at the next submission point.
+    pub held: Vec<BlockParts>,
+    /// Allocations served from host memory because the device was full (`overflow:host`).
+    pub host_overflows: u64,
 }
 
 /// Everything behind a [`Pool`](super::Pool) handle and its [`Block`](super::Block)s.
@@ -42,6 +48,11 @@ pub(crate) struct PoolShared {
     pub host_bindable: bool,
     /// Label prefix of segment buffers.
     pub label: String,
+    /// When dropped blocks may be reused.
+    pub free_timing: FreeTiming,
+    /// The submission epoch: counts the pool's submission points, from 1. A block exposed
+    /// in the current epoch may be named by commands not yet submitted.
+    pub epoch: AtomicU64,
 }
 
 impl PoolShared {
@@ -57,6 +68,17 @@ impl PoolShared {
     /// Takes a dropped block and its handle's pool reference: into the reuse cache, or back
     /// to the engine.
     pub fn release(shared: Arc<PoolShared>, parts: Box<BlockParts>) {
+        if shared.must_hold(&parts) {
+            let mut state = shared.lock();
+            // Submission points advance the epoch under this lock, so the answer cannot
+            // change while it is held.
+            if shared.must_hold(&parts) {
+                state.held.push(*parts);
+            } else {
+                free_to_engine(&mut state, *parts);
+            }
+            return;
+        }
         if parts.residency == Residency::Host {
             let mut state = shared.lock();
             free_to_engine(&mut state, *parts);
@@ -71,6 +93,25 @@ impl PoolShared {
         if let Err((shared, parts)) = cache.park((shared, parts), handles) {
             let mut state = shared.lock();
             free_to_engine(&mut state, *parts);
+        }
+    }
+
+    /// Whether a dropped block must wait for the next submission point: it was exposed in
+    /// the current epoch and the pool holds such blocks back.
+    #[inline]
+    pub fn must_hold(&self, parts: &BlockParts) -> bool {
+        self.free_timing == FreeTiming::AfterSubmit
+            && parts.exposed_in.load(Ordering::Acquire) == self.epoch.load(Ordering::Acquire)
+    }
+
+    /// A submission point: commands recorded so far are submitted, so blocks held back
+    /// until now are freed, and blocks exposed so far may be freed at once when dropped.
+    pub fn submission_point(&self) {
+        let mut state = self.lock();
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        let held = std::mem::take(&mut state.held);
+        for parts in held {
+            free_to_engine(&mut state, parts);
         }
     }
 

@@ -42,8 +42,8 @@ impl ReadChunk {
         let staging = shared.acquire(Kind::Download, class, &mut VecDeque::new())?;
         let index = shared.submit_copy(|encoder| {
             encoder.copy_buffer_to_buffer(
-                block.buffer(),
-                block.offset() + at,
+                block.place().0,
+                block.place().1 + at,
                 staging.buffer(),
                 0,
                 padded,
@@ -175,7 +175,7 @@ pub(crate) fn check_download(
             size: block.size(),
         });
     }
-    let usage = block.buffer().usage();
+    let usage = block.place().0.usage();
     if !usage.contains(wgpu::BufferUsages::COPY_SRC) {
         return Err(StagingError::MissingUsage {
             what,

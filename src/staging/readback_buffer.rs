@@ -196,8 +196,8 @@ impl ReadbackBuffer {
         let padded = block.bound_size();
         let index = shared.submit_copy(|encoder| {
             encoder.copy_buffer_to_buffer(
-                block.buffer(),
-                block.offset(),
+                block.place().0,
+                block.place().1,
                 staging.buffer(),
                 0,
                 padded,

@@ -199,7 +199,7 @@ impl StagingBuffer {
         let buffer = self.mapped_buffer()?.clone();
         buffer.unmap();
         let submitted = shared.submit_copy(|encoder| {
-            encoder.copy_buffer_to_buffer(&buffer, 0, block.buffer(), block.offset(), padded_len);
+            encoder.copy_buffer_to_buffer(&buffer, 0, block.place().0, block.place().1, padded_len);
         });
         let class = self.capacity();
         let (submission, result) = match submitted {

@@ -79,7 +79,7 @@ pub(crate) fn check_upload(
             size: block.size(),
         });
     }
-    let usage = block.buffer().usage();
+    let usage = block.place().0.usage();
     if !usage.contains(wgpu::BufferUsages::COPY_DST) {
         return Err(StagingError::MissingUsage {
             what,
@@ -144,8 +144,8 @@ fn upload_chunk(
         encoder.copy_buffer_to_buffer(
             staging.buffer(),
             0,
-            block.buffer(),
-            block.offset() + at,
+            block.place().0,
+            block.place().1 + at,
             padded,
         );
     })?;

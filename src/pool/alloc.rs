@@ -1,0 +1,115 @@
+//! Allocation: the reuse cache, the engine, and host overflow.
+
+use super::block::BlockParts;
+use super::shared::PoolState;
+use super::{Block, Pool, Residency};
+use crate::config::Overflow;
+use crate::engine::{AllocError, OomCause, OutOfMemory};
+
+impl Pool {
+    /// A block of at least `size` bytes.
+    ///
+    /// A block dropped just before is handed straight back to the next request of exactly
+    /// its size (see the reuse cache); every other request is placed by the policy with all
+    /// free memory visible to it. With `overflow:host`, a request the device cannot serve
+    /// comes from host memory that kernels bind in place ([`Block::residency`] says which).
+    ///
+    /// # Errors
+    ///
+    /// [`AllocError::ZeroSize`] for 0; [`AllocError::TooLarge`] when `size` is larger than
+    /// the largest block the pool can serve (its `max` field: the device's `max_buffer_size`
+    /// rounded down to whole 512 B granules); [`AllocError::OutOfMemory`] when neither the
+    /// cache, nor a new segment, nor releasing the whole cache and retrying helps (nor host
+    /// memory, with `overflow:host`). The pool stays usable after any of them.
+    #[inline]
+    pub fn alloc(&self, size: u64) -> Result<Block, AllocError> {
+        if let Some((shared, mut parts)) = self.shared.reuse.take(size) {
+            *parts.exposed_in.get_mut() = 0;
+            return Ok(Block::new(shared, parts));
+        }
+        self.alloc_through_engine(size)
+    }
+
+    fn alloc_through_engine(&self, size: u64) -> Result<Block, AllocError> {
+        let mut state = self.shared.lock_flushed();
+        let PoolState {
+            engine, segments, ..
+        } = &mut *state;
+        let placed = match engine.allocate(size, 0, segments) {
+            Ok(allocation) => {
+                let buffer = segments.buffer(allocation.segment).clone();
+                BlockParts::new(allocation, buffer, Residency::Device)
+            }
+            Err(AllocError::OutOfMemory(oom)) if engine.config().overflow == Overflow::Host => {
+                self.overflow_to_host(&mut state, size, oom)?
+            }
+            Err(error) => return Err(error),
+        };
+        drop(state);
+        Ok(Block::new(self.shared.clone(), Box::new(placed)))
+    }
+
+    /// Serves a request the device could not from host memory (`overflow:host`). The
+    /// device's failure then counts as an overflow, not as an out-of-memory. If host memory
+    /// fails too, the device's out-of-memory error comes back, saying how much went to host
+    /// memory and why host memory failed.
+    fn overflow_to_host(
+        &self,
+        state: &mut PoolState,
+        size: u64,
+        mut oom: OutOfMemory,
+    ) -> Result<BlockParts, AllocError> {
+        let host = match self.shared.host_tier(state) {
+            Ok(host) => host,
+            Err(error) => {
+                oom.cause =
+                    OomCause::Device(format!("{}; host overflow unavailable: {error}", oom.cause));
+                return Err(AllocError::OutOfMemory(oom));
+            }
+        };
+        match host.engine.allocate(size, 0, &mut host.segments) {
+            Ok(allocation) => {
+                let buffer = host.segments.buffer(allocation.segment).clone();
+                record_overflow(state);
+                Ok(BlockParts::new(allocation, buffer, Residency::Host))
+            }
+            Err(AllocError::OutOfMemory(host_oom)) => {
+                oom.host_overflow = Some(host.engine.memory_stats().allocated_bytes.all.current);
+                oom.cause = OomCause::Device(format!(
+                    "host memory refused the overflow too: {}",
+                    host_oom.cause
+                ));
+                Err(AllocError::OutOfMemory(oom))
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// Counts a request served from host memory as an overflow rather than as the out-of-memory
+/// the device's engine recorded for it.
+fn record_overflow(state: &mut PoolState) {
+    state.host_overflows += 1;
+    // The engine counted the failure that led here as an out-of-memory; it was not one.
+    let ooms = &mut state.engine.stats.num_ooms;
+    *ooms = ooms.saturating_sub(1);
+}
+
+impl Pool {
+    /// Destroys every cached segment buffer that holds no live block, in device and host
+    /// memory; `reserved_bytes` drops by their total size. Blocks held back until a
+    /// submission point are live: their segments stay.
+    pub fn empty_cache(&self) {
+        let mut state = self.shared.lock_flushed();
+        let PoolState {
+            engine,
+            segments,
+            host,
+            ..
+        } = &mut *state;
+        engine.empty_cache(segments);
+        if let Some(host) = host {
+            host.engine.empty_cache(&mut host.segments);
+        }
+    }
+}

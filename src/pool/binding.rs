@@ -1,0 +1,333 @@
+//! Binding blocks: one binding, a binding resource, layout entries, and a checked bind group.
+//!
+//! Pool blocks share segment buffers (with page-mapped pools, one buffer holds every block).
+//! wgpu forbids one buffer from being read-only storage (or uniform) and read-write storage
+//! in the same dispatch, so a kernel whose inputs are declared `var<storage, read>` and whose
+//! output is `var<storage, read_write>` fails validation as soon as an input and the output
+//! are blocks of one pool. Two shapes work:
+//!
+//! - declare every pool binding `var<storage, read_write>` (the crate's own kernels do this
+//!   whenever an input shares a buffer with an output), or
+//! - keep read-only inputs in another pool, for example the weights of a model: blocks of
+//!   different pools never share a buffer.
+//!
+//! [`BlockBindings`] builds the layout and the bind group from blocks and checks this rule
+//! first, so a conflict is a [`BindingError::ReadOnlyConflict`] that says what to do rather
+//! than a wgpu validation error at dispatch.
+
+use std::num::NonZeroU64;
+
+use super::error::BindingError;
+use super::{Block, Residency};
+use crate::gpu::scope::catch;
+
+impl Block {
+    /// The whole block as one binding: `offset()` and `bound_size()`.
+    ///
+    /// Counts as exposing the block (see [`FreeTiming`](super::FreeTiming)).
+    ///
+    /// # Errors
+    ///
+    /// [`BindingError::TooLarge`] when the block is larger than the device allows one binding
+    /// to be (`max_storage_buffer_binding_size` for storage pools): bind it in windows with
+    /// [`binding_range`](Block::binding_range) instead. [`BindingError::Offloaded`] for an
+    /// offloaded block that kernels cannot reach on this device.
+    pub fn binding(&self) -> Result<wgpu::BufferBinding<'_>, BindingError> {
+        self.binding_range(0, self.bound_size())
+    }
+
+    /// A window `start..start + size` of the block as a binding.
+    ///
+    /// Guarantee: the binding never reaches a byte outside `offset()..offset() + capacity()`.
+    /// Counts as exposing the block (see [`FreeTiming`](super::FreeTiming)).
+    ///
+    /// # Errors
+    ///
+    /// [`BindingError::Empty`] for `size` 0, [`BindingError::OutOfRange`] for a window that
+    /// leaves the block, [`BindingError::Misaligned`] for a `start` that is not a multiple of
+    /// the device's offset alignment, [`BindingError::TooLarge`] above the binding limit, and
+    /// [`BindingError::Offloaded`] as for [`binding`](Block::binding).
+    pub fn binding_range(
+        &self,
+        start: u64,
+        size: u64,
+    ) -> Result<wgpu::BufferBinding<'_>, BindingError> {
+        let limits = self.limits();
+        if self.residency() == Residency::Host && !self.host_bindable() {
+            return Err(BindingError::Offloaded);
+        }
+        let Some(size) = NonZeroU64::new(size) else {
+            return Err(BindingError::Empty { offset: start });
+        };
+        if start
+            .checked_add(size.get())
+            .is_none_or(|end| end > self.capacity())
+        {
+            return Err(BindingError::OutOfRange {
+                offset: start,
+                size: size.get(),
+                capacity: self.capacity(),
+            });
+        }
+        if start % limits.offset_alignment != 0 {
+            return Err(BindingError::Misaligned {
+                offset: start,
+                alignment: limits.offset_alignment,
+            });
+        }
+        if size.get() > limits.binding_limit {
+            return Err(BindingError::TooLarge {
+                size: size.get(),
+                limit: limits.binding_limit,
+                kind: limits.binding_kind,
+            });
+        }
+        self.expose();
+        let (buffer, offset) = self.place();
+        Ok(wgpu::BufferBinding {
+            buffer,
+            offset: offset + start,
+            size: Some(size),
+        })
+    }
+
+    /// The whole block as a [`wgpu::BindingResource`], like wgpu's
+    /// `Buffer::as_entire_binding` (which would bind the whole segment, other blocks
+    /// included).
+    ///
+    /// # Errors
+    ///
+    /// As for [`binding`](Block::binding).
+    pub fn as_entire_binding(&self) -> Result<wgpu::BindingResource<'_>, BindingError> {
+        self.binding().map(wgpu::BindingResource::Buffer)
+    }
+}
+
+impl<'a> TryFrom<&'a Block> for wgpu::BindingResource<'a> {
+    type Error = BindingError;
+
+    /// [`Block::as_entire_binding`].
+    fn try_from(block: &'a Block) -> Result<Self, BindingError> {
+        block.as_entire_binding()
+    }
+}
+
+/// How a shader declares a buffer binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BindingAccess {
+    /// `var<storage, read>`.
+    ReadOnly,
+    /// `var<storage, read_write>`.
+    ReadWrite,
+    /// `var<uniform>`.
+    Uniform,
+}
+
+impl BindingAccess {
+    /// The layout entry of a buffer binding with this access, without a minimum size.
+    ///
+    /// ```
+    /// use wgpool::pool::BindingAccess;
+    /// let entry = BindingAccess::ReadWrite.layout_entry(2, wgpu::ShaderStages::COMPUTE);
+    /// assert_eq!(entry.binding, 2);
+    /// ```
+    pub fn layout_entry(
+        self,
+        binding: u32,
+        visibility: wgpu::ShaderStages,
+    ) -> wgpu::BindGroupLayoutEntry {
+        let ty = match self {
+            BindingAccess::ReadOnly => wgpu::BufferBindingType::Storage { read_only: true },
+            BindingAccess::ReadWrite => wgpu::BufferBindingType::Storage { read_only: false },
+            BindingAccess::Uniform => wgpu::BufferBindingType::Uniform,
+        };
+        wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility,
+            ty: wgpu::BindingType::Buffer {
+                ty,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        }
+    }
+
+    /// Whether wgpu counts the binding as a read-only use of its buffer.
+    fn read_only(self) -> bool {
+        self != BindingAccess::ReadWrite
+    }
+}
+
+/// The bindings of one bind group, made of blocks (or windows of blocks), from which it
+/// builds the layout and the bind group after checking them.
+///
+/// ```no_run
+/// use wgpool::config::Config;
+/// use wgpool::gpu::{GpuContext, HeadlessOptions};
+/// use wgpool::pool::{BlockBindings, Pool};
+///
+/// let gpu = GpuContext::headless(&HeadlessOptions::default())?;
+/// let activations = Pool::from_context(&gpu, Config::default())?;
+/// let weights = Pool::from_context(&gpu, Config::default())?;
+/// let (x, w, y) = (activations.alloc(4096)?, weights.alloc(4096)?, activations.alloc(4096)?);
+/// let bindings = BlockBindings::new()
+///     .read_write(0, &x) // shares a buffer with y: read_write in WGSL too
+///     .read(1, &w) // another pool: may stay `var<storage, read>`
+///     .read_write(2, &y);
+/// let layout = bindings.create_layout(gpu.device(), wgpu::ShaderStages::COMPUTE)?;
+/// let group = bindings.create_bind_group(gpu.device(), &layout)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct BlockBindings<'a> {
+    entries: Vec<(u32, BindingAccess, wgpu::BufferBinding<'a>)>,
+    /// The first error met while adding entries, returned by the builders.
+    error: Option<BindingError>,
+}
+
+impl<'a> BlockBindings<'a> {
+    /// No bindings yet.
+    pub fn new() -> Self {
+        BlockBindings::default()
+    }
+
+    /// Binds the whole block as `var<storage, read>`.
+    pub fn read(self, binding: u32, block: &'a Block) -> Self {
+        self.block(binding, BindingAccess::ReadOnly, block)
+    }
+
+    /// Binds the whole block as `var<storage, read_write>`.
+    pub fn read_write(self, binding: u32, block: &'a Block) -> Self {
+        self.block(binding, BindingAccess::ReadWrite, block)
+    }
+
+    /// Binds the whole block as `var<uniform>` (a block of a `UNIFORM` pool).
+    pub fn uniform(self, binding: u32, block: &'a Block) -> Self {
+        self.block(binding, BindingAccess::Uniform, block)
+    }
+
+    /// Binds a window from [`Block::binding_range`] (or any buffer binding) with `access`.
+    pub fn window(
+        mut self,
+        binding: u32,
+        access: BindingAccess,
+        window: wgpu::BufferBinding<'a>,
+    ) -> Self {
+        self.entries.push((binding, access, window));
+        self
+    }
+
+    fn block(mut self, binding: u32, access: BindingAccess, block: &'a Block) -> Self {
+        match block.binding() {
+            Ok(window) => self.entries.push((binding, access, window)),
+            Err(error) => {
+                self.error.get_or_insert(error);
+            }
+        }
+        self
+    }
+
+    /// Checks the bindings: each block could be bound, no binding number twice, and no
+    /// read-only binding in a buffer that a read-write binding of the group also uses.
+    ///
+    /// # Errors
+    ///
+    /// The first binding error met while adding blocks, then
+    /// [`BindingError::DuplicateBinding`] or [`BindingError::ReadOnlyConflict`].
+    pub fn check(&self) -> Result<(), BindingError> {
+        if let Some(error) = &self.error {
+            return Err(error.clone());
+        }
+        for (i, (binding, access, window)) in self.entries.iter().enumerate() {
+            for (other, other_access, other_window) in &self.entries[i + 1..] {
+                if binding == other {
+                    return Err(BindingError::DuplicateBinding { binding: *binding });
+                }
+                if window.buffer != other_window.buffer
+                    || access.read_only() == other_access.read_only()
+                {
+                    continue;
+                }
+                let (read_only, read_write) = if access.read_only() {
+                    (*binding, *other)
+                } else {
+                    (*other, *binding)
+                };
+                return Err(BindingError::ReadOnlyConflict {
+                    read_only,
+                    read_write,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The layout entries, in the order the bindings were added.
+    ///
+    /// # Errors
+    ///
+    /// As for [`check`](Self::check).
+    pub fn layout_entries(
+        &self,
+        visibility: wgpu::ShaderStages,
+    ) -> Result<Vec<wgpu::BindGroupLayoutEntry>, BindingError> {
+        self.check()?;
+        Ok(self
+            .entries
+            .iter()
+            .map(|(binding, access, _)| access.layout_entry(*binding, visibility))
+            .collect())
+    }
+
+    /// A bind group layout for these bindings.
+    ///
+    /// # Errors
+    ///
+    /// As for [`check`](Self::check), and [`BindingError::Gpu`] when wgpu refuses the layout.
+    pub fn create_layout(
+        &self,
+        device: &wgpu::Device,
+        visibility: wgpu::ShaderStages,
+    ) -> Result<wgpu::BindGroupLayout, BindingError> {
+        let entries = self.layout_entries(visibility)?;
+        catch(device, || {
+            device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some("wgpool block bindings"),
+                entries: &entries,
+            })
+        })
+        .map_err(BindingError::Gpu)
+    }
+
+    /// The bind group of these bindings in `layout`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`check`](Self::check), and [`BindingError::Gpu`] when wgpu refuses the group
+    /// (for example a layout that does not match).
+    pub fn create_bind_group(
+        &self,
+        device: &wgpu::Device,
+        layout: &wgpu::BindGroupLayout,
+    ) -> Result<wgpu::BindGroup, BindingError> {
+        self.check()?;
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = self
+            .entries
+            .iter()
+            .map(|(binding, _, window)| wgpu::BindGroupEntry {
+                binding: *binding,
+                resource: wgpu::BindingResource::Buffer(window.clone()),
+            })
+            .collect();
+        catch(device, || {
+            device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("wgpool block bindings"),
+                layout,
+                entries: &entries,
+            })
+        })
+        .map_err(BindingError::Gpu)
+    }
+}

@@ -1,0 +1,127 @@
+//! Statistics: PyTorch's `memory_stats` for device and host memory, the summary table, the
+//! snapshot, and torch-style shortcuts.
+
+use super::Pool;
+use crate::engine::{MemoryStats, SegmentSnapshot};
+use crate::format::bytes;
+
+impl Pool {
+    /// A copy of the device statistics, with PyTorch's keys and meanings.
+    ///
+    /// Blocks served from host memory by `overflow:host` are counted in
+    /// [`host_memory_stats`](Pool::host_memory_stats), and the device failure that sent them
+    /// there in [`num_host_overflows`](Pool::num_host_overflows), not in `num_ooms`.
+    /// `num_alloc_retries` does count those requests: the cache was released and the
+    /// device tried again before the pool turned to host memory.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.shared.lock_flushed().engine.memory_stats()
+    }
+
+    /// Statistics of host-resident memory (overflow and offloaded blocks), kept apart from the
+    /// device statistics of [`memory_stats`](Pool::memory_stats). `None` until the pool first
+    /// uses host memory.
+    pub fn host_memory_stats(&self) -> Option<MemoryStats> {
+        self.shared
+            .lock_flushed()
+            .host
+            .as_ref()
+            .map(|host| host.engine.memory_stats())
+    }
+
+    /// Requests served from host memory because the device could not serve them
+    /// (`overflow:host`), since creation or [`reset_accumulated_stats`](Pool::reset_accumulated_stats).
+    pub fn num_host_overflows(&self) -> u64 {
+        self.shared.lock().host_overflows
+    }
+
+    /// Bytes of device memory held by live blocks (torch's `memory_allocated`).
+    pub fn memory_allocated(&self) -> u64 {
+        self.memory_stats().allocated_bytes.all.current
+    }
+
+    /// The peak of [`memory_allocated`](Pool::memory_allocated) (torch's
+    /// `max_memory_allocated`), since creation or [`reset_peak_stats`](Pool::reset_peak_stats).
+    pub fn max_memory_allocated(&self) -> u64 {
+        self.memory_stats().allocated_bytes.all.peak
+    }
+
+    /// Bytes of device memory held by the pool's segments (torch's `memory_reserved`).
+    pub fn memory_reserved(&self) -> u64 {
+        self.memory_stats().reserved_bytes.all.current
+    }
+
+    /// The peak of [`memory_reserved`](Pool::memory_reserved) (torch's `max_memory_reserved`).
+    pub fn max_memory_reserved(&self) -> u64 {
+        self.memory_stats().reserved_bytes.all.peak
+    }
+
+    /// Bytes of dropped blocks that wait for the next submission point (see
+    /// [`FreeTiming`](super::FreeTiming)); they are still counted as allocated.
+    pub fn held_bytes(&self) -> u64 {
+        self.shared
+            .lock()
+            .held
+            .iter()
+            .map(|parts| parts.capacity)
+            .sum()
+    }
+
+    /// Sets every peak statistic to its current value.
+    pub fn reset_peak_stats(&self) {
+        let mut state = self.shared.lock_flushed();
+        state.engine.reset_peak_stats();
+        if let Some(host) = &mut state.host {
+            host.engine.reset_peak_stats();
+        }
+    }
+
+    /// Zeroes the accumulated totals and counters (PyTorch's
+    /// `reset_accumulated_memory_stats`), host overflows included.
+    pub fn reset_accumulated_stats(&self) {
+        let mut state = self.shared.lock_flushed();
+        state.engine.reset_accumulated_stats();
+        state.host_overflows = 0;
+        if let Some(host) = &mut state.host {
+            host.engine.reset_accumulated_stats();
+        }
+    }
+
+    /// The statistics as a text table.
+    ///
+    /// Lines follow for blocks held back until a submission point and for host overflows,
+    /// and, with host memory in use, a second table for the host-resident blocks.
+    pub fn memory_summary(&self) -> String {
+        let state = self.shared.lock_flushed();
+        let mut out = state.engine.memory_summary();
+        if !state.held.is_empty() {
+            let held: u64 = state.held.iter().map(|parts| parts.capacity).sum();
+            out.push_str(&format!(
+                "{} dropped blocks ({}) wait for Pool::submit or Pool::mark_submitted before \
+                 they are freed\n",
+                state.held.len(),
+                bytes(held)
+            ));
+        }
+        if state.host_overflows > 0 {
+            out.push_str(&format!(
+                "{} requests were served from host memory (overflow:host)\n",
+                state.host_overflows
+            ));
+        }
+        if let Some(host) = &state.host {
+            out.push_str("host-resident memory (overflow and offloaded blocks):\n");
+            out.push_str(&host.engine.memory_summary());
+        }
+        out
+    }
+
+    /// The device segments and their blocks.
+    pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
+        self.shared.lock_flushed().engine.snapshot()
+    }
+
+    /// The cap on reserved device bytes, if any.
+    pub fn memory_cap(&self) -> Option<u64> {
+        self.shared.lock().engine.memory_cap()
+    }
+}
