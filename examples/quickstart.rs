@@ -27,14 +27,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     pool.write(&b, bytemuck::cast_slice(&values_b))?;
     pool.write(&c, bytemuck::cast_slice(&values_c))?;
 
-    // STREAM triad on pool blocks: a = b + 3 * c.
-    kernels.run(&KernelCall::triad(
-        Dtype::F32,
-        b.operand(),
-        c.operand(),
-        3.0,
-        a.operand(),
-    ))?;
+    // STREAM triad on pool blocks: a = b + 3 * c, recorded, then submitted through the pool
+    // (a submission point: blocks dropped from now on return to the pool at once).
+    let mut encoder = gpu.device().create_command_encoder(&Default::default());
+    kernels.record(
+        &mut encoder,
+        &KernelCall::triad(Dtype::F32, b.operand(), c.operand(), 3.0, a.operand()),
+    )?;
+    pool.submit([encoder.finish()]);
     let result: Vec<f32> = bytemuck::pod_collect_to_vec(&pool.read(&a)?);
     let wrong = (0..n as usize)
         .filter(|&i| result[i] != values_b[i] + 3.0 * values_c[i])
