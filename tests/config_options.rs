@@ -3,10 +3,10 @@
 //! messages, the `to_conf_string` round trip and panic-freedom on arbitrary input.
 
 use proptest::prelude::*;
-use wgpool::config::{Caching, Config, ConfigError, OPTIONS, Overflow, Policy};
+use wgpool::config::{Caching, CapError, Config, ConfigError, OPTIONS, Overflow, Policy};
 use wgpool::engine::{
-    AllocError, Allocation, Engine, EngineLimits, MemoryStats, OomCause, SegmentId, SegmentKind,
-    VirtualSegments,
+    AllocError, Allocation, Engine, EngineError, EngineLimits, MemoryStats, OomCause, SegmentId,
+    SegmentKind, VirtualSegments,
 };
 
 const KIB: u64 = 1 << 10;
@@ -540,10 +540,7 @@ fn garbage_collection_leaves_split_blocks_and_small_pool_alone() {
 // ---------------------------------------------------------------------------------------
 
 fn with_device(mib: u64) -> EngineLimits {
-    EngineLimits {
-        device_memory: Some(mib * MIB),
-        ..EngineLimits::unlimited()
-    }
+    EngineLimits::unlimited().with_device_memory(Some(mib * MIB))
 }
 
 #[test]
@@ -595,7 +592,15 @@ fn per_process_memory_fraction_caps_at_a_fraction_of_device_memory() {
     );
     // ... and an error that names memory_limit_mb otherwise.
     let config = Config::parse("per_process_memory_fraction:0.5").unwrap();
-    let message = Engine::new(config, EngineLimits::unlimited()).unwrap_err();
+    let error = Engine::new(config, EngineLimits::unlimited()).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            EngineError::Cap(CapError::FractionNeedsDeviceMemory { fraction }) if fraction == 0.5
+        ),
+        "{error:?}"
+    );
+    let message = error.to_string();
     assert!(message.contains("memory_limit_mb"), "{message}");
     assert!(message.contains("per_process_memory_fraction"), "{message}");
 }
@@ -614,7 +619,7 @@ fn memory_limit_caps_reserved_memory_with_a_diagnosed_out_of_memory() {
     };
     assert_eq!(oom.requested, 60 * MIB);
     assert_eq!(oom.segment_size, 60 * MIB);
-    assert_eq!(oom.pool, SegmentKind::Large);
+    assert_eq!(oom.kind, SegmentKind::Large);
     assert_eq!(oom.cap, Some(100 * MIB));
     assert_eq!(oom.allocated, 32 * MIB);
     assert_eq!(oom.reserved, 50 * MIB);
@@ -1100,13 +1105,13 @@ fn valid_conf() -> impl Strategy<Value = String> {
         ),
         o(
             0.5,
-            (20u64..=1 << 40)
+            (20u64..=2_097_151)
                 .prop_map(|v| format!("max_split_size_mb:{v}"))
                 .boxed(),
         ),
         o(
             0.5,
-            (1u64..=1 << 40)
+            (1u64..=2_097_151)
                 .prop_map(|v| format!("max_non_split_rounding_mb:{v}"))
                 .boxed(),
         ),
@@ -1118,7 +1123,7 @@ fn valid_conf() -> impl Strategy<Value = String> {
         ),
         o(
             0.5,
-            (1u64..=1 << 40)
+            (1u64..=2_097_151)
                 .prop_map(|v| format!("roundup_bypass_threshold_mb:{v}"))
                 .boxed(),
         ),
@@ -1143,7 +1148,7 @@ fn valid_conf() -> impl Strategy<Value = String> {
         ),
         o(
             0.5,
-            (10u64..=1 << 40)
+            (10u64..=2_097_151)
                 .prop_map(|v| format!("large_segment_size_mb:{v}"))
                 .boxed(),
         ),
@@ -1229,4 +1234,98 @@ proptest! {
             }
         }
     }
+}
+
+/// Issue 15 F1: a `max_split_size_mb` beyond the largest segment is refused with the limit
+/// in the message. Before, the parser took any value of at least 20, and under a cap the
+/// retry chain searched the free index for a size past its last class and panicked.
+#[test]
+fn max_split_size_beyond_the_largest_segment_is_refused() {
+    let error = Config::parse("max_split_size_mb:137438953472,memory_limit_mb:64").unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ConfigError::InvalidValue {
+                key: "max_split_size_mb",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("2097151"), "{error}");
+    // The largest value accepted runs the repro's retry chain to a clean out-of-memory.
+    let config = Config::parse("max_split_size_mb:2097151,memory_limit_mb:64").unwrap();
+    let mut engine = Engine::new(config, EngineLimits::unlimited()).unwrap();
+    let mut device = VirtualSegments::unlimited();
+    engine.allocate(3_145_728, 0, &mut device).unwrap();
+    let error = engine.allocate(62_914_560, 0, &mut device).unwrap_err();
+    assert!(matches!(error, AllocError::OutOfMemory(_)), "{error:?}");
+    engine.check_invariants().unwrap();
+    // A configuration changed after parsing is checked by the engine too.
+    let changed = Config::default()
+        .with_max_split_size(Some(1 << 57))
+        .with_memory_limit(Some(64 * MIB));
+    let error = Engine::new(changed, EngineLimits::unlimited()).unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            EngineError::Config(ConfigError::InvalidValue {
+                key: "max_split_size_mb",
+                ..
+            })
+        ),
+        "{error:?}"
+    );
+}
+
+/// Issue 15 F2: `rounded + max_non_split_rounding` overflowed. The parser now refuses a
+/// rounding beyond the largest segment, and the largest it accepts behaves as "any cached
+/// block may serve": the cached 40 MiB block serves the 30 MiB request, so one segment.
+#[test]
+fn max_non_split_rounding_beyond_the_largest_segment_is_refused() {
+    let error = Config::parse(
+        "policy:pytorch,max_split_size_mb:20,max_non_split_rounding_mb:17592186044386",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ConfigError::InvalidValue {
+                key: "max_non_split_rounding_mb",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("2097151"), "{error}");
+    for rounding in ["21", "2097151"] {
+        let conf =
+            format!("policy:pytorch,max_split_size_mb:20,max_non_split_rounding_mb:{rounding}");
+        let mut engine =
+            Engine::new(Config::parse(&conf).unwrap(), EngineLimits::unlimited()).unwrap();
+        let mut device = VirtualSegments::unlimited();
+        let a = engine.allocate(40 * MIB, 0, &mut device).unwrap();
+        engine.free(a.block, &mut device).unwrap();
+        engine.allocate(30 * MIB, 0, &mut device).unwrap();
+        assert_eq!(engine.memory_stats().num_device_alloc, 1, "`{conf}`");
+    }
+    let changed = Config::default().with_max_non_split_rounding(u64::MAX);
+    assert!(Engine::new(changed, EngineLimits::unlimited()).is_err());
+}
+
+/// `Config` parses through `FromStr`, and the builders give what parsing gives.
+#[test]
+fn config_from_str_equals_the_builders() {
+    let parsed: Config =
+        "policy:pytorch,max_split_size_mb:128,memory_limit_mb:4096,backend:passthrough"
+            .parse()
+            .unwrap();
+    let built = Config::default()
+        .with_policy(Policy::Pytorch)
+        .with_max_split_size(Some(128 * MIB))
+        .with_memory_limit(Some(4096 * MIB))
+        .with_backend(Caching::Passthrough);
+    assert_eq!(parsed, built);
+    assert!("max_split_size_mb:1".parse::<Config>().is_err());
+    assert_eq!(built.validate(), Ok(()));
 }

@@ -371,11 +371,10 @@ impl<'a> Harness<'a> {
             && config.memory_limit.is_none()
         {
             // The cap cannot be computed: the engine must say so and name the way out.
-            let limits = EngineLimits {
-                device_memory: None,
-                max_segment_size: setup.max_segment_size,
-            };
-            match Engine::new(config.clone(), limits) {
+            let limits = EngineLimits::unlimited()
+                .with_device_memory(None)
+                .with_max_segment_size(setup.max_segment_size);
+            match Engine::new(config.clone(), limits).map_err(|e| e.to_string()) {
                 Err(message) => ensure!(
                     message.contains("memory_limit_mb")
                         && message.contains("per_process_memory_fraction"),
@@ -391,10 +390,9 @@ impl<'a> Harness<'a> {
             }
             device_memory = Some(8 * GIB);
         }
-        let limits = EngineLimits {
-            device_memory,
-            max_segment_size: setup.max_segment_size,
-        };
+        let limits = EngineLimits::unlimited()
+            .with_device_memory(device_memory)
+            .with_max_segment_size(setup.max_segment_size);
         let engine = Engine::new(config.clone(), limits)
             .map_err(|e| format!("Engine::new refused `{}`: {e}", setup.conf))?;
         let cap = expected_cap(&config, device_memory);
@@ -848,7 +846,7 @@ impl<'a> Harness<'a> {
                 ensure!(
                     oom.requested == size
                         && oom.rounded == rounded
-                        && oom.pool == SegmentKind::for_size(rounded)
+                        && oom.kind == SegmentKind::for_size(rounded)
                         && oom.cap == self.cap
                         && oom.allocated == allocated
                         && oom.reserved == reserved,
@@ -1317,10 +1315,7 @@ fn a_stale_id_is_refused_after_its_block_is_reused() {
 /// 2,147,483,647) must still get 512-aligned blocks.
 #[test]
 fn blocks_stay_512_aligned_when_the_segment_limit_is_not() {
-    let limits = EngineLimits {
-        device_memory: None,
-        max_segment_size: 2_147_483_647,
-    };
+    let limits = EngineLimits::unlimited().with_max_segment_size(2_147_483_647);
     for conf in ["policy:pytorch", ""] {
         let mut engine = Engine::new(Config::parse(conf).unwrap(), limits).unwrap();
         let mut device = VirtualSegments::unlimited();
@@ -1350,11 +1345,9 @@ fn gpt2_trace() -> Option<wgpool::trace::Trace> {
 const GPT2_PEAK_LIVE: u64 = 8_668_544_008;
 
 fn replay_checked(trace: &wgpool::trace::Trace, conf: &str) -> wgpool::trace::ReplayReport {
-    let options = ReplayOptions {
-        check_every_op: true,
-        min_timed_runs: 1,
-        ..ReplayOptions::default()
-    };
+    let options = ReplayOptions::default()
+        .with_check_every_op(true)
+        .with_min_timed_runs(1);
     let report = replay(trace, &Config::parse(conf).unwrap(), &options)
         .unwrap_or_else(|e| panic!("replay under `{conf}`: {e}"));
     assert_eq!(report.ops, trace.ops.len() as u64);
@@ -1396,10 +1389,7 @@ fn gpt2_trace_replays_checked_under_default_policy() {
 #[test]
 fn gpt2_trace_under_pytorch_options_matches_pytorch() {
     let Some(trace) = gpt2_trace() else { return };
-    let options = ReplayOptions {
-        min_timed_runs: 1,
-        ..ReplayOptions::default()
-    };
+    let options = ReplayOptions::default().with_min_timed_runs(1);
     let run = |conf: &str| replay(&trace, &Config::parse(conf).unwrap(), &options).unwrap();
     let report = run("policy:pytorch,roundup_power2_divisions:4");
     assert_eq!(report.peak_reserved_bytes, 10_026_483_712, "{report:?}");

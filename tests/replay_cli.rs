@@ -264,7 +264,7 @@ fn a_bad_conf_exits_2_naming_the_key() {
         ),
         (
             "max_split_size_mb:1",
-            &["max_split_size_mb", "at least 20"][..],
+            &["max_split_size_mb", "minimum of 20", "2097151"][..],
         ),
         (
             "expandable_segments:True",

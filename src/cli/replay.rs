@@ -37,11 +37,9 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::bad_input(format!("cannot read {}: {e}", args.file.display())))?;
     let trace = parse_trace(&text)
         .map_err(|e| Failure::bad_input(format!("{}: {e}", args.file.display())))?;
-    let options = ReplayOptions {
-        device_memory: args.device_memory_mb.map(|mb| mb << 20),
-        check_every_op: args.check,
-        ..ReplayOptions::default()
-    };
+    let options = ReplayOptions::default()
+        .with_device_memory(args.device_memory_mb.map(|mb| mb << 20))
+        .with_check_every_op(args.check);
     let report = replay(&trace, &config, &options).map_err(Failure::bad_input)?;
     if args.json {
         println!(

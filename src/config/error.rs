@@ -7,6 +7,7 @@ use thiserror::Error;
 /// Every variant names the offending key (or position) and what is allowed, so the
 /// message alone is enough to fix the input. Parsing never panics.
 #[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A key that is not in the option table.
     #[error("unknown option `{key}` in WGPOOL_CONF; valid options are: {}", valid.join(", "))]
@@ -47,4 +48,20 @@ pub enum ConfigError {
     /// The environment variable holds bytes that are not UTF-8.
     #[error("WGPOOL_CONF is not valid UTF-8")]
     NotUnicode,
+}
+
+/// Why the cap cannot be computed from a configuration.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum CapError {
+    /// `per_process_memory_fraction` is set, but the device memory size is unknown and no
+    /// `memory_limit_mb` gives the cap in bytes.
+    #[error(
+        "per_process_memory_fraction:{fraction} needs the device memory size, which is unknown \
+         here; set memory_limit_mb to give the cap in MiB"
+    )]
+    FractionNeedsDeviceMemory {
+        /// The fraction asked for.
+        fraction: f64,
+    },
 }

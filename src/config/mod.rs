@@ -19,7 +19,7 @@ mod options;
 mod parse;
 mod roundup;
 
-pub use error::ConfigError;
+pub use error::{CapError, ConfigError};
 pub use options::{OPTIONS, OptionSpec, options_markdown_table};
 pub use roundup::RoundupDivisions;
 
@@ -89,7 +89,21 @@ impl Overflow {
 }
 
 /// Parsed pool settings. `Config::default()` equals `Config::parse("")`.
+///
+/// Build one by parsing (`Config::parse`, `str::parse`, [`Config::from_env`]) or from the
+/// defaults with the `with_*` builders; the engine checks the values either way
+/// ([`Config::validate`]).
+///
+/// ```
+/// use wgpool::config::{Config, Policy};
+/// let parsed: Config = "policy:pytorch,max_split_size_mb:128".parse().unwrap();
+/// let built = Config::default()
+///     .with_policy(Policy::Pytorch)
+///     .with_max_split_size(Some(128 << 20));
+/// assert_eq!(parsed, built);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Config {
     /// Placement policy.
     pub policy: Policy,
@@ -151,17 +165,88 @@ impl Default for Config {
     }
 }
 
+/// `with_*` builders, one per field: each returns the configuration with that field set.
+macro_rules! builders {
+    ($($(#[$doc:meta])* $name:ident: $field:ident: $ty:ty;)*) => {
+        impl Config {
+            $(
+                $(#[$doc])*
+                pub fn $name(mut self, value: $ty) -> Config {
+                    self.$field = value;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+builders! {
+    /// Sets `policy`.
+    with_policy: policy: Policy;
+    /// Sets `max_split_size` in bytes (`None`: unlimited).
+    with_max_split_size: max_split_size: Option<u64>;
+    /// Sets `max_non_split_rounding` in bytes.
+    with_max_non_split_rounding: max_non_split_rounding: u64;
+    /// Sets `roundup_power2_divisions`.
+    with_roundup_power2_divisions: roundup_power2_divisions: RoundupDivisions;
+    /// Sets `roundup_bypass_threshold` in bytes.
+    with_roundup_bypass_threshold: roundup_bypass_threshold: Option<u64>;
+    /// Sets `garbage_collection_threshold`.
+    with_garbage_collection_threshold: garbage_collection_threshold: Option<f64>;
+    /// Sets `per_process_memory_fraction`.
+    with_per_process_memory_fraction: per_process_memory_fraction: Option<f64>;
+    /// Sets `memory_limit` in bytes.
+    with_memory_limit: memory_limit: Option<u64>;
+    /// Sets `large_segment_size` in bytes.
+    with_large_segment_size: large_segment_size: u64;
+    /// Sets `backend`.
+    with_backend: backend: Caching;
+    /// Sets `overflow`.
+    with_overflow: overflow: Overflow;
+    /// Sets `compact_min_share`.
+    with_compact_min_share: compact_min_share: f64;
+    /// Sets `compact_reserved_slack`.
+    with_compact_reserved_slack: compact_reserved_slack: f64;
+    /// Sets `compact_release_budget`.
+    with_compact_release_budget: compact_release_budget: f64;
+}
+
+impl std::str::FromStr for Config {
+    type Err = ConfigError;
+
+    /// [`Config::parse`].
+    fn from_str(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text)
+    }
+}
+
 impl Config {
     /// Parses a configuration string in `PYTORCH_CUDA_ALLOC_CONF` syntax.
     ///
-    /// Unknown keys, malformed values, repeated keys and syntax errors are all
-    /// [`ConfigError`]s that name what was wrong and what is allowed.
+    /// # Errors
+    ///
+    /// Unknown keys, malformed or out-of-range values, repeated keys and syntax errors are
+    /// all [`ConfigError`]s that name what was wrong and what is allowed.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         parse::parse(text)
     }
 
+    /// Checks that every value is one the parser could have produced: within the bounds of
+    /// the option table, so that the engine can represent it. The engine calls this.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidValue`] naming the first field out of range and its limits.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        options::validate(self)
+    }
+
     /// Reads `WGPOOL_CONF` from the environment; an unset or empty variable gives the
     /// defaults.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::parse`], and [`ConfigError::NotUnicode`] for a value that is not UTF-8.
     pub fn from_env() -> Result<Config, ConfigError> {
         match std::env::var(ENV_VAR) {
             Ok(text) => Config::parse(&text),
@@ -175,14 +260,16 @@ impl Config {
     /// The cap is the smaller of `memory_limit_mb` and `per_process_memory_fraction` times
     /// `device_memory`. A fraction with an unknown device size and no `memory_limit_mb` is an
     /// error, because the cap would otherwise silently not apply.
-    pub fn memory_cap(&self, device_memory: Option<u64>) -> Result<Option<u64>, String> {
+    ///
+    /// # Errors
+    ///
+    /// [`CapError::FractionNeedsDeviceMemory`] for a fraction with no device size and no
+    /// `memory_limit_mb`.
+    pub fn memory_cap(&self, device_memory: Option<u64>) -> Result<Option<u64>, CapError> {
         let from_fraction = match (self.per_process_memory_fraction, device_memory) {
             (Some(fraction), Some(total)) => Some((fraction * total as f64) as u64),
             (Some(fraction), None) if self.memory_limit.is_none() => {
-                return Err(format!(
-                    "per_process_memory_fraction:{fraction} needs the device memory size, \
-                     which is unknown here; set memory_limit_mb to give the cap in MiB"
-                ));
+                return Err(CapError::FractionNeedsDeviceMemory { fraction });
             }
             _ => None,
         };

@@ -1,7 +1,8 @@
 //! The option table: the one place that says what each `WGPOOL_CONF` key means.
 
 use super::roundup::MAX_DIVISIONS;
-use super::{Caching, Config, Overflow, Policy, RoundupDivisions};
+use super::{Caching, Config, ConfigError, Overflow, Policy, RoundupDivisions};
+use crate::engine::MAX_SEGMENT_SIZE;
 
 /// A value as written after `key:`: a scalar, or a bracketed list of `key:value` entries.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,13 +72,22 @@ fn parse_bool(text: &str) -> Result<bool, String> {
     }
 }
 
-/// A size in MiB that must be at least `min`, returned in bytes.
-fn parse_mib_at_least(text: &str, min: u64) -> Result<u64, String> {
+/// The largest size option in MiB: the engine's largest segment (2 TiB less 512 B), in
+/// whole MiB. Larger sizes could not be represented in a block.
+pub(crate) const MAX_SIZE_MB: u64 = MAX_SEGMENT_SIZE / MIB;
+/// The largest cap in MiB: what fits 64 bits in bytes.
+pub(crate) const MAX_CAP_MB: u64 = u64::MAX / MIB;
+
+/// A size in MiB from `min` to `max`, returned in bytes.
+fn parse_mib_in(text: &str, min: u64, max: u64) -> Result<u64, String> {
     let mb = parse_u64(text)?;
     if mb < min {
         return Err(format!("{mb} is below the minimum of {min}"));
     }
-    mb.checked_mul(MIB).ok_or_else(|| "too large".to_string())
+    if mb > max {
+        return Err(format!("{mb} is above the maximum of {max}"));
+    }
+    Ok(mb * MIB)
 }
 
 fn parse_divisions(text: &str) -> Result<u32, String> {
@@ -165,12 +175,12 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         key: "max_split_size_mb",
         default: "none (unlimited)",
-        allowed: "an integer number of MiB, at least 20",
+        allowed: "an integer number of MiB, from 20 to 2097151 (2 TiB, the largest segment)",
         meaning: "Cached blocks this large or larger are never split. A request below it never \
                   takes such a block; a request at or above it takes a cached block only when \
                   the block is less than `max_non_split_rounding_mb` larger.",
         apply: |c, v| {
-            c.max_split_size = Some(parse_mib_at_least(v.scalar()?, 20)?);
+            c.max_split_size = Some(parse_mib_in(v.scalar()?, 20, MAX_SIZE_MB)?);
             Ok(())
         },
         render: |c| render_mib(c.max_split_size),
@@ -178,11 +188,11 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         key: "max_non_split_rounding_mb",
         default: "20",
-        allowed: "an integer number of MiB, at least 1",
+        allowed: "an integer number of MiB, from 1 to 2097151 (2 TiB, the largest segment)",
         meaning: "How much larger than a request at or above `max_split_size_mb` a cached \
                   block may be and still be handed out whole.",
         apply: |c, v| {
-            c.max_non_split_rounding = parse_mib_at_least(v.scalar()?, 1)?;
+            c.max_non_split_rounding = parse_mib_in(v.scalar()?, 1, MAX_SIZE_MB)?;
             Ok(())
         },
         render: |c| render_mib(Some(c.max_non_split_rounding)),
@@ -210,11 +220,11 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         key: "roundup_bypass_threshold_mb",
         default: "none",
-        allowed: "an integer number of MiB, at least 1",
+        allowed: "an integer number of MiB, from 1 to 2097151 (2 TiB, the largest segment)",
         meaning: "Requests above this size skip `roundup_power2_divisions` and are rounded to \
                   512 B only (PyTorch 1.13 to 2.0).",
         apply: |c, v| {
-            c.roundup_bypass_threshold = Some(parse_mib_at_least(v.scalar()?, 1)?);
+            c.roundup_bypass_threshold = Some(parse_mib_in(v.scalar()?, 1, MAX_SIZE_MB)?);
             Ok(())
         },
         render: |c| render_mib(c.roundup_bypass_threshold),
@@ -256,11 +266,11 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         key: "memory_limit_mb",
         default: "none (no cap)",
-        allowed: "an integer number of MiB, at least 1",
+        allowed: "an integer number of MiB, from 1 to 17592186044415 (16 EiB)",
         meaning: "Cap reserved memory at this many MiB. With `per_process_memory_fraction` too, \
                   the smaller cap applies.",
         apply: |c, v| {
-            c.memory_limit = Some(parse_mib_at_least(v.scalar()?, 1)?);
+            c.memory_limit = Some(parse_mib_in(v.scalar()?, 1, MAX_CAP_MB)?);
             Ok(())
         },
         render: |c| render_mib(c.memory_limit),
@@ -268,12 +278,12 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         key: "large_segment_size_mb",
         default: "20",
-        allowed: "an integer number of MiB, at least 10",
+        allowed: "an integer number of MiB, from 10 to 2097151 (2 TiB, the largest segment)",
         meaning: "Size of a new segment for a large-pool request under 10 MiB (PyTorch's \
                   kLargeBuffer). Small-pool segments are 2 MiB; requests of 10 MiB or more get \
                   a segment of their own size rounded up to 2 MiB.",
         apply: |c, v| {
-            c.large_segment_size = parse_mib_at_least(v.scalar()?, 10)?;
+            c.large_segment_size = parse_mib_in(v.scalar()?, 10, MAX_SIZE_MB)?;
             Ok(())
         },
         render: |c| render_mib(Some(c.large_segment_size)),
@@ -417,4 +427,114 @@ pub fn options_markdown_table() -> String {
 
 fn squash_spaces(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The refusal of `key`'s value, with the option table's allowed values.
+fn out_of_range(key: &'static str, value: String, reason: String) -> ConfigError {
+    let allowed = OPTIONS
+        .iter()
+        .find(|o| o.key == key)
+        .map_or("", |o| o.allowed);
+    ConfigError::InvalidValue {
+        key,
+        value,
+        reason,
+        allowed,
+    }
+}
+
+/// A size in bytes from `min_mb` MiB to `max` bytes.
+fn check_bytes(key: &'static str, bytes: u64, min_mb: u64, max: u64) -> Result<(), ConfigError> {
+    if bytes < min_mb * MIB || bytes > max {
+        return Err(out_of_range(
+            key,
+            format!("{bytes} bytes"),
+            format!("outside {min_mb} MiB to {max} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// A number within `range` (and finite).
+fn check_number(
+    key: &'static str,
+    value: f64,
+    range: std::ops::RangeInclusive<f64>,
+) -> Result<(), ConfigError> {
+    if !range.contains(&value) {
+        return Err(out_of_range(
+            key,
+            value.to_string(),
+            format!("outside {} to {}", range.start(), range.end()),
+        ));
+    }
+    Ok(())
+}
+
+/// [`Config::validate`]: every field within what the parser accepts.
+pub(crate) fn validate(c: &Config) -> Result<(), ConfigError> {
+    const MAX_SIZE: u64 = MAX_SIZE_MB * MIB;
+    if let Some(bytes) = c.max_split_size {
+        check_bytes("max_split_size_mb", bytes, 20, MAX_SIZE)?;
+    }
+    check_bytes(
+        "max_non_split_rounding_mb",
+        c.max_non_split_rounding,
+        1,
+        MAX_SIZE,
+    )?;
+    if let Some(bytes) = c.roundup_bypass_threshold {
+        check_bytes("roundup_bypass_threshold_mb", bytes, 1, MAX_SIZE)?;
+    }
+    if let Some(bytes) = c.memory_limit {
+        check_bytes("memory_limit_mb", bytes, 1, u64::MAX)?;
+    }
+    check_bytes("large_segment_size_mb", c.large_segment_size, 10, MAX_SIZE)?;
+    if let Some(t) = c.garbage_collection_threshold
+        && !(t > 0.0 && t < 1.0)
+    {
+        return Err(out_of_range(
+            "garbage_collection_threshold",
+            t.to_string(),
+            "not strictly between 0 and 1".into(),
+        ));
+    }
+    if let Some(f) = c.per_process_memory_fraction {
+        check_number("per_process_memory_fraction", f, 0.0..=1.0)?;
+    }
+    check_number("compact_min_share", c.compact_min_share, 0.0..=1.0)?;
+    check_number(
+        "compact_reserved_slack",
+        c.compact_reserved_slack,
+        0.0..=10.0,
+    )?;
+    check_number(
+        "compact_release_budget",
+        c.compact_release_budget,
+        0.0..=1000.0,
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The option table states the size limits in words; they must be the engine's.
+    #[test]
+    fn stated_size_limits_are_the_engines() {
+        assert_eq!(MAX_SIZE_MB, 2_097_151);
+        assert_eq!(MAX_CAP_MB, 17_592_186_044_415);
+        for key in [
+            "max_split_size_mb",
+            "max_non_split_rounding_mb",
+            "roundup_bypass_threshold_mb",
+            "large_segment_size_mb",
+        ] {
+            let option = OPTIONS.iter().find(|o| o.key == key).unwrap();
+            assert!(option.allowed.contains(&MAX_SIZE_MB.to_string()), "{key}");
+        }
+        let cap = OPTIONS.iter().find(|o| o.key == "memory_limit_mb").unwrap();
+        assert!(cap.allowed.contains(&MAX_CAP_MB.to_string()));
+    }
 }

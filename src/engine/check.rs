@@ -1,7 +1,9 @@
 //! Snapshots of the engine's layout, and the recount that checks its invariants.
 
-use super::rounding::MIN_BLOCK_SIZE;
-use super::{Engine, NONE, SegmentId, SegmentKind};
+use super::links::NONE;
+use super::rounding::{MIN_BLOCK_SIZE, SegmentKind};
+use super::state::EngineState;
+use super::types::SegmentId;
 
 /// One block of a segment, as [`Engine::snapshot`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +33,7 @@ pub struct SegmentSnapshot {
     pub blocks: Vec<BlockSnapshot>,
 }
 
-impl Engine {
+impl EngineState {
     /// Every segment with its blocks, in segment-id order.
     pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
         let mut out = Vec::new();
@@ -133,8 +135,8 @@ impl Engine {
                 ));
             }
             let mut cursor = s.head;
-            let mut previous = super::NONE;
-            while cursor != super::NONE {
+            let mut previous = NONE;
+            while cursor != NONE {
                 let b = &self.blocks[cursor as usize];
                 if !b.in_use || b.segment != segment.id.0 || self.links.prev(cursor) != previous {
                     return Err(format!(

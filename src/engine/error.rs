@@ -2,24 +2,27 @@
 
 use thiserror::Error;
 
-use super::BlockId;
 use super::rounding::SegmentKind;
+use super::source::SourceError;
+use super::types::BlockId;
+use crate::config::CapError;
 use crate::format::bytes;
 
 /// Why the last segment creation failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OomCause {
     /// Creating the segment would have taken reserved memory over the cap.
     Cap,
-    /// The segment source (the device) refused the allocation; its message.
-    Device(String),
+    /// The segment source (the device) was out of memory; its error.
+    Device(SourceError),
 }
 
 impl std::fmt::Display for OomCause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             OomCause::Cap => write!(f, "the cap would be exceeded"),
-            OomCause::Device(message) => write!(f, "{message}"),
+            OomCause::Device(error) => write!(f, "{error}"),
         }
     }
 }
@@ -30,6 +33,7 @@ impl std::fmt::Display for OomCause {
 /// unallocated, and what to try. The engine is unchanged by the failed request apart from
 /// the cached blocks it released and its `num_ooms` counter.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OutOfMemory {
     /// The caller's size.
     pub requested: u64,
@@ -37,8 +41,8 @@ pub struct OutOfMemory {
     pub rounded: u64,
     /// The segment size that could not be created.
     pub segment_size: u64,
-    /// The pool the request belonged to.
-    pub pool: SegmentKind,
+    /// The kind of segment the request needed.
+    pub kind: SegmentKind,
     /// The cap on reserved memory, if any.
     pub cap: Option<u64>,
     /// Bytes held by live blocks.
@@ -62,11 +66,11 @@ impl std::fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "wgpool out of memory: tried to allocate {} (rounded to {}, needing a new {} segment in the {} pool). ",
+            "wgpool out of memory: tried to allocate {} (rounded to {}, needing a new {} segment in the {}). ",
             bytes(self.requested),
             bytes(self.rounded),
             bytes(self.segment_size),
-            self.pool.stat_name().replace('_', " "),
+            self.kind.stat_name().replace('_', " "),
         )?;
         match (&self.cap, &self.cause) {
             (Some(cap), OomCause::Cap) => {
@@ -112,33 +116,59 @@ impl std::fmt::Display for OutOfMemory {
     }
 }
 
-impl std::error::Error for OutOfMemory {}
+impl std::error::Error for OutOfMemory {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.cause {
+            OomCause::Device(error) => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// Why an allocation failed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum AllocError {
     /// A request of zero bytes.
     #[error("a zero-byte allocation was requested; sizes must be at least 1 byte")]
     ZeroSize,
-    /// A request larger than one segment may be.
+    /// A request above the largest block the engine can serve: the largest segment its
+    /// source can create, rounded down to 512 B. A request of exactly that size is served.
     #[error(
-        "requested {} ({requested} bytes), but the largest block this pool can serve is {} ({max} bytes: the device's max_buffer_size)",
+        "requested {} ({requested} bytes), above the largest block this engine can serve, {} ({max} bytes: the largest segment its source can create, for a wgpu pool the device's max_buffer_size, rounded down to 512 B)",
         bytes(*requested),
         bytes(*max)
     )]
     TooLarge {
         /// The caller's size (or its rounded size, if only that is too large).
         requested: u64,
-        /// The largest segment.
+        /// The largest block.
         max: u64,
     },
     /// No memory could be found.
     #[error(transparent)]
     OutOfMemory(#[from] OutOfMemory),
+    /// The segment source failed with an error other than out-of-memory (a validation
+    /// error, a lost device). The cache was not released and nothing was retried.
+    #[error("the segment source failed: {0}")]
+    Source(#[source] SourceError),
+}
+
+/// Why an engine could not be created.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The cap cannot be computed from the configuration and the limits.
+    #[error(transparent)]
+    Cap(#[from] CapError),
+    /// The configuration holds a value the engine cannot represent.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// Why a free failed. The engine is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum FreeError {
     /// The block is not live: freed already, or never handed out by this engine.
     #[error(

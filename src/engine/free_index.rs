@@ -218,8 +218,12 @@ impl FreeIndex {
     }
 
     /// The smallest free block of `stream` with at least `size` bytes, lowest address first.
+    /// No block reaches [`ADDRESS_LIMIT`], so larger sizes find none.
     #[inline]
     pub fn best_fit(&self, stream: u32, size: u64) -> Option<FreeKey> {
+        if size >= ADDRESS_LIMIT {
+            return None;
+        }
         let classes = self.stream(stream)?;
         let class = class_of(size);
         if let Some(&k) = classes.classes[class].range(pack(size, 0, 0)..).next() {
@@ -230,15 +234,20 @@ impl FreeIndex {
         Some(unpack(stream, k))
     }
 
-    /// Free blocks of `stream` with at least `size` bytes, smallest first.
+    /// Free blocks of `stream` with at least `size` bytes, smallest first (none from
+    /// [`ADDRESS_LIMIT`] up).
     pub fn fits_ascending(&self, stream: u32, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
         self.stream(stream)
+            .filter(|_| size < ADDRESS_LIMIT)
             .into_iter()
             .flat_map(move |classes| classes.fits_ascending(size))
     }
 
-    /// Free blocks of `stream` smaller than `size`, largest first.
+    /// Free blocks of `stream` smaller than `size`, largest first (all of them from
+    /// [`ADDRESS_LIMIT`] up).
     pub fn below_descending(&self, stream: u32, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
+        // Every block is below the limit: a larger bound is the same as the largest one.
+        let size = size.min(ADDRESS_LIMIT - 512);
         self.stream(stream)
             .into_iter()
             .flat_map(move |classes| classes.below_descending(size))
@@ -339,6 +348,14 @@ mod tests {
                 .take(5)
                 .collect();
             assert_eq!(got_below, expected_below);
+        }
+        // Sizes beyond any block (the OOM path may ask with user-set sizes) find nothing
+        // above and everything below, without leaving the class table.
+        for huge in [ADDRESS_LIMIT, ADDRESS_LIMIT + 512, u64::MAX] {
+            assert_eq!(index.best_fit(0, huge), None);
+            assert_eq!(index.fits_ascending(0, huge).count(), 0);
+            let below = index.below_descending(0, huge).count();
+            assert_eq!(below, reference.keys().filter(|k| k.0 == 0).count());
         }
         let all: Vec<FreeKey> = index.iter().collect();
         let expected_all: Vec<FreeKey> = reference.iter().map(|(&k, &b)| key(k, b)).collect();

@@ -2,48 +2,79 @@
 //! (PyTorch's `garbage_collect_cached_blocks`, `alloc_block`,
 //! `release_available_cached_blocks` and `release_cached_blocks`).
 
-use super::error::{AllocError, OutOfMemory};
-use super::{Engine, SegmentKind, SegmentSource};
-use crate::config::Policy;
+use super::error::{AllocError, OomCause, OutOfMemory};
+use super::policy::PlacementPolicy;
+use super::rounding::SegmentKind;
+use super::segments::NoSegment;
+use super::source::SegmentSource;
+use super::state::EngineState;
 
-impl Engine {
-    /// Finds or makes a free block for a request that missed the pool, or fails with
-    /// out-of-memory after the whole retry chain.
-    pub(super) fn serve_miss<S: SegmentSource + ?Sized>(
+/// What one attempt to create a segment gave: the new block, or a reason to go on down the
+/// chain, or an error that ends it.
+enum Attempt {
+    Created(u32),
+    OutOfMemory(OomCause),
+}
+
+impl EngineState {
+    /// One attempt to create a segment. A source error other than out-of-memory ends the
+    /// chain at once, with nothing released or counted.
+    fn attempt(
         &mut self,
-        pool: SegmentKind,
+        size: u64,
+        kind: SegmentKind,
+        stream: u32,
+        source: &mut dyn SegmentSource,
+    ) -> Result<Attempt, AllocError> {
+        match self.create_segment(size, kind, stream, source) {
+            Ok(block) => Ok(Attempt::Created(block)),
+            Err(NoSegment::Cap) => Ok(Attempt::OutOfMemory(OomCause::Cap)),
+            Err(NoSegment::Source(error)) if error.is_out_of_memory() => {
+                Ok(Attempt::OutOfMemory(OomCause::Device(error)))
+            }
+            Err(NoSegment::Source(error)) => Err(AllocError::Source(error)),
+        }
+    }
+
+    /// Finds or makes a free block for a request that missed the cache, or fails with
+    /// out-of-memory after the whole retry chain. Only out-of-memory (the cap, or the source
+    /// saying so) goes down the chain.
+    pub(super) fn serve_miss(
+        &mut self,
+        policy: &mut dyn PlacementPolicy,
+        kind: SegmentKind,
         stream: u32,
         requested: u64,
         rounded: u64,
-        source: &mut S,
+        source: &mut dyn SegmentSource,
     ) -> Result<u32, AllocError> {
         if self.gc_active() {
             self.garbage_collect(source);
         }
-        let segment_size = self.new_segment_size(stream, rounded);
-        if self.config.policy == Policy::Compact {
-            super::compact::make_room(self, rounded, segment_size, source);
-        }
-        if let Ok(block) = self.create_segment(segment_size, pool, stream, source) {
+        let segment_size = policy
+            .segment_size(self, stream, rounded)
+            .min(self.max_segment_size);
+        policy.make_room(self, rounded, segment_size, source);
+        if let Attempt::Created(block) = self.attempt(segment_size, kind, stream, source)? {
             return Ok(block);
         }
-        if self.release_available_cached_blocks(pool, stream, rounded, source) {
-            if let Ok(block) = self.create_segment(segment_size, pool, stream, source) {
+        if self.release_available_cached_blocks(kind, stream, rounded, source) {
+            if let Attempt::Created(block) = self.attempt(segment_size, kind, stream, source)? {
                 return Ok(block);
             }
         }
         self.release_cached_blocks(source);
         self.stats.num_alloc_retries += 1;
-        let cause = match self.create_segment(segment_size, pool, stream, source) {
-            Ok(block) => return Ok(block),
-            Err(cause) => cause,
+        let cause = match self.attempt(segment_size, kind, stream, source)? {
+            Attempt::Created(block) => return Ok(block),
+            Attempt::OutOfMemory(cause) => cause,
         };
         self.stats.num_ooms += 1;
         Err(AllocError::OutOfMemory(OutOfMemory {
             requested,
             rounded,
             segment_size,
-            pool,
+            kind,
             cap: self.cap,
             allocated: self.stats.allocated_bytes.all.current,
             reserved: self.stats.reserved_bytes.all.current,
@@ -54,7 +85,7 @@ impl Engine {
 
     /// Releases cached unsplit large blocks, oldest first, while reserved memory is above
     /// `garbage_collection_threshold` times the cap.
-    fn garbage_collect<S: SegmentSource + ?Sized>(&mut self, source: &mut S) {
+    fn garbage_collect(&mut self, source: &mut dyn SegmentSource) {
         let (Some(cap), Some(threshold)) = (self.cap, self.config.garbage_collection_threshold)
         else {
             return;
@@ -97,12 +128,12 @@ impl Engine {
     /// With `max_split_size` set: releases one cached oversize block that covers the request,
     /// or else the largest oversize blocks until their total covers it. Returns whether
     /// enough was released.
-    fn release_available_cached_blocks<S: SegmentSource + ?Sized>(
+    fn release_available_cached_blocks(
         &mut self,
         pool: SegmentKind,
         stream: u32,
         rounded: u64,
-        source: &mut S,
+        source: &mut dyn SegmentSource,
     ) -> bool {
         let Some(max_split) = self.config.max_split_size else {
             return false;
@@ -136,10 +167,115 @@ impl Engine {
     }
 
     /// Releases every free block that spans a whole segment, in both pools.
-    pub(super) fn release_cached_blocks<S: SegmentSource + ?Sized>(&mut self, source: &mut S) {
+    pub(super) fn release_cached_blocks(&mut self, source: &mut dyn SegmentSource) {
         let whole: Vec<u32> = self.idle_blocks().map(|(block, _, _)| block).collect();
         for block in whole {
             self.release_block(block, source);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use crate::config::Config;
+    use crate::engine::{
+        AllocError, Engine, EngineLimits, OomCause, SegmentId, SegmentKind, SegmentSource,
+        SourceError, SourceErrorKind, VirtualSegments,
+    };
+
+    /// A device that fails every segment creation from the `fail_from`-th on, with an error
+    /// of the given kind, and counts the attempts.
+    struct FailingSource {
+        inner: VirtualSegments,
+        fail_from: u64,
+        kind: SourceErrorKind,
+        attempts: u64,
+    }
+
+    impl SegmentSource for FailingSource {
+        fn create_segment(
+            &mut self,
+            id: SegmentId,
+            size: u64,
+            kind: SegmentKind,
+        ) -> Result<(), SourceError> {
+            self.attempts += 1;
+            if self.attempts >= self.fail_from {
+                let message = "buffer usage STORAGE | MAP_READ is not allowed";
+                return Err(match self.kind {
+                    SourceErrorKind::OutOfMemory => SourceError::out_of_memory(message),
+                    _ => SourceError::other(message),
+                });
+            }
+            self.inner.create_segment(id, size, kind)
+        }
+
+        fn release_segment(&mut self, id: SegmentId, size: u64) {
+            self.inner.release_segment(id, size);
+        }
+    }
+
+    fn engine_with_a_cached_segment(kind: SourceErrorKind) -> (Engine, FailingSource) {
+        let mut engine = Engine::new(
+            Config::parse("policy:pytorch").unwrap(),
+            EngineLimits::unlimited(),
+        )
+        .unwrap();
+        let mut source = FailingSource {
+            inner: VirtualSegments::unlimited(),
+            fail_from: 2,
+            kind,
+            attempts: 0,
+        };
+        let a = engine.allocate(3 << 20, 0, &mut source).unwrap();
+        engine.free(a.block, &mut source).unwrap();
+        assert_eq!(engine.memory_stats().reserved_bytes.all.current, 20 << 20);
+        (engine, source)
+    }
+
+    /// A source error other than out-of-memory (a validation error, say) comes back as
+    /// itself: no cached segment released, no retry, no OOM counted.
+    #[test]
+    fn a_non_oom_source_error_skips_the_retry_chain() {
+        let (mut engine, mut source) = engine_with_a_cached_segment(SourceErrorKind::Other);
+        let error = engine.allocate(30 << 20, 0, &mut source).unwrap_err();
+        let AllocError::Source(source_error) = &error else {
+            panic!("expected AllocError::Source, got {error:?}");
+        };
+        assert_eq!(source_error.kind(), SourceErrorKind::Other);
+        assert_eq!(
+            error.source().map(|e| e.to_string()),
+            Some(source_error.to_string())
+        );
+        assert_eq!(
+            source_error.source().map(|e| e.to_string()).as_deref(),
+            Some("buffer usage STORAGE | MAP_READ is not allowed")
+        );
+        assert!(error.to_string().contains("MAP_READ"), "{error}");
+        assert_eq!(source.attempts, 2, "one attempt, not retried");
+        let stats = engine.memory_stats();
+        assert_eq!(stats.reserved_bytes.all.current, 20 << 20, "cache kept");
+        assert_eq!((stats.num_alloc_retries, stats.num_ooms), (0, 0));
+        assert_eq!(source.inner.released, 0);
+        engine.check_invariants().unwrap();
+    }
+
+    /// The same failure reported as out-of-memory goes down the whole chain.
+    #[test]
+    fn an_oom_source_error_releases_the_cache_and_retries() {
+        let (mut engine, mut source) = engine_with_a_cached_segment(SourceErrorKind::OutOfMemory);
+        let error = engine.allocate(30 << 20, 0, &mut source).unwrap_err();
+        let AllocError::OutOfMemory(oom) = &error else {
+            panic!("expected AllocError::OutOfMemory, got {error:?}");
+        };
+        assert!(matches!(&oom.cause, OomCause::Device(e) if e.is_out_of_memory()));
+        assert!(error.source().is_some());
+        assert_eq!(source.attempts, 3, "tried, then retried after the release");
+        let stats = engine.memory_stats();
+        assert_eq!(stats.reserved_bytes.all.current, 0, "cache released");
+        assert_eq!((stats.num_alloc_retries, stats.num_ooms), (1, 1));
+        engine.check_invariants().unwrap();
     }
 }

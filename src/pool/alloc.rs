@@ -4,7 +4,7 @@ use super::block::BlockParts;
 use super::shared::PoolState;
 use super::{Block, Pool, Residency};
 use crate::config::Overflow;
-use crate::engine::{AllocError, OomCause, OutOfMemory};
+use crate::engine::{AllocError, OomCause, OutOfMemory, SourceError};
 
 impl Pool {
     /// A block of at least `size` bytes.
@@ -62,8 +62,10 @@ impl Pool {
         let host = match self.shared.host_tier(state) {
             Ok(host) => host,
             Err(error) => {
-                oom.cause =
-                    OomCause::Device(format!("{}; host overflow unavailable: {error}", oom.cause));
+                oom.cause = OomCause::Device(SourceError::out_of_memory(format!(
+                    "{}; host overflow unavailable: {error}",
+                    oom.cause
+                )));
                 return Err(AllocError::OutOfMemory(oom));
             }
         };
@@ -75,10 +77,10 @@ impl Pool {
             }
             Err(AllocError::OutOfMemory(host_oom)) => {
                 oom.host_overflow = Some(host.engine.memory_stats().allocated_bytes.all.current);
-                oom.cause = OomCause::Device(format!(
+                oom.cause = OomCause::Device(SourceError::out_of_memory(format!(
                     "host memory refused the overflow too: {}",
                     host_oom.cause
-                ));
+                )));
                 Err(AllocError::OutOfMemory(oom))
             }
             Err(error) => Err(error),
@@ -91,8 +93,7 @@ impl Pool {
 fn record_overflow(state: &mut PoolState) {
     state.host_overflows += 1;
     // The engine counted the failure that led here as an out-of-memory; it was not one.
-    let ooms = &mut state.engine.stats.num_ooms;
-    *ooms = ooms.saturating_sub(1);
+    state.engine.uncount_oom();
 }
 
 impl Pool {

@@ -1,7 +1,7 @@
 //! The wgpu buffers behind the engine's segments.
 
-use crate::engine::{SegmentId, SegmentKind, SegmentSource};
-use crate::gpu::scope::catch;
+use crate::engine::{SegmentId, SegmentKind, SegmentSource, SourceError};
+use crate::gpu::scope::{CaughtError, catch};
 
 /// One wgpu buffer per live segment, indexed by segment id.
 ///
@@ -51,7 +51,7 @@ impl SegmentSource for DeviceSegments {
         id: SegmentId,
         size: u64,
         pool: SegmentKind,
-    ) -> Result<(), String> {
+    ) -> Result<(), SourceError> {
         let label = format!("{} segment {} ({})", self.label, id.0, pool.stat_name());
         let descriptor = wgpu::BufferDescriptor {
             label: Some(&label),
@@ -59,8 +59,13 @@ impl SegmentSource for DeviceSegments {
             usage: self.usage,
             mapped_at_creation: false,
         };
-        let buffer = catch(&self.device, || self.device.create_buffer(&descriptor))
-            .map_err(|e| e.to_string())?;
+        let buffer =
+            catch(&self.device, || self.device.create_buffer(&descriptor)).map_err(|error| {
+                match error {
+                    CaughtError::OutOfMemory(_) => SourceError::out_of_memory(error),
+                    _ => SourceError::other(error),
+                }
+            })?;
         let slot = id.0 as usize;
         if self.buffers.len() <= slot {
             self.buffers.resize_with(slot + 1, || None);

@@ -45,7 +45,8 @@ impl HostTier {
             device_memory: None,
             max_segment_size: device.limits().max_buffer_size,
         };
-        let engine = Engine::new(host_config, limits).map_err(PoolError::Config)?;
+        let engine =
+            Engine::new(host_config, limits).map_err(|e| PoolError::Config(e.to_string()))?;
         let usage = if bindable {
             BINDABLE_HOST_USAGE
         } else {

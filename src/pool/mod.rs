@@ -161,7 +161,8 @@ impl Pool {
             max_segment_size: limits.max_buffer_size,
         };
         let reuse = ReuseCache::new(config.max_split_size.unwrap_or(u64::MAX));
-        let engine = Engine::new(config, engine_limits).map_err(PoolError::Config)?;
+        let engine =
+            Engine::new(config, engine_limits).map_err(|e| PoolError::Config(e.to_string()))?;
         let segments = DeviceSegments::new(device.clone(), usage, options.label.clone());
         Ok(Pool {
             shared: Arc::new(PoolShared {

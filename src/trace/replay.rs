@@ -50,7 +50,16 @@ pub struct ReplayReport {
 }
 
 /// Replay settings beyond the configuration.
+///
+/// ```
+/// use wgpool::trace::ReplayOptions;
+/// let options = ReplayOptions::default()
+///     .with_check_every_op(true)
+///     .with_min_timed_runs(1);
+/// assert!(options.check_every_op);
+/// ```
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct ReplayOptions {
     /// Device memory size for `per_process_memory_fraction`, if given.
     pub device_memory: Option<u64>,
@@ -70,6 +79,26 @@ impl Default for ReplayOptions {
     }
 }
 
+impl ReplayOptions {
+    /// These options with the device memory size for `per_process_memory_fraction`.
+    pub fn with_device_memory(mut self, device_memory: Option<u64>) -> Self {
+        self.device_memory = device_memory;
+        self
+    }
+
+    /// These options, checking the engine's invariants after every operation or not.
+    pub fn with_check_every_op(mut self, check: bool) -> Self {
+        self.check_every_op = check;
+        self
+    }
+
+    /// These options with at least `runs` timed runs.
+    pub fn with_min_timed_runs(mut self, runs: u32) -> Self {
+        self.min_timed_runs = runs;
+        self
+    }
+}
+
 struct RunResult {
     engine: Engine,
     peak_live: u64,
@@ -77,11 +106,8 @@ struct RunResult {
 }
 
 fn run_once(trace: &Trace, config: &Config, options: &ReplayOptions) -> Result<RunResult, String> {
-    let limits = EngineLimits {
-        device_memory: options.device_memory,
-        ..EngineLimits::unlimited()
-    };
-    let mut engine = Engine::new(config.clone(), limits)?;
+    let limits = EngineLimits::unlimited().with_device_memory(options.device_memory);
+    let mut engine = Engine::new(config.clone(), limits).map_err(|e| e.to_string())?;
     // Free pieces of split segments add records beyond the live blocks.
     engine.reserve_blocks(2 * trace.slots + 64);
     let mut device = VirtualSegments::unlimited();
@@ -130,8 +156,13 @@ fn run_once(trace: &Trace, config: &Config, options: &ReplayOptions) -> Result<R
 ///
 /// The memory figures come from the first run; the trace is then replayed again on fresh
 /// engines until at least `min_timed_runs` runs and 200 ms have passed; `ns_per_op` is the
-/// fastest run, `ns_per_op_median` the median. Out-of-memory under a cap does not stop the replay: the allocation is counted in
-/// `num_ooms` and its later free is skipped.
+/// fastest run, `ns_per_op_median` the median. Out-of-memory under a cap does not stop the
+/// replay: the allocation is counted in `num_ooms` and its later free is skipped.
+///
+/// # Errors
+///
+/// A message naming the trace line, for a configuration the engine refuses, a request it
+/// cannot serve other than by out-of-memory, or an invariant broken under `check_every_op`.
 pub fn replay(
     trace: &Trace,
     config: &Config,

@@ -31,9 +31,14 @@
 //! segment bytes created = 1.03 x peak live, against PyTorch's 1.082 at 1.08 x; docs/POLICY.md
 //! has the measurements on other workloads.
 
-use super::free_index::FreeKey;
-use super::rounding::{ROUND_LARGE, round_to_power2_division, segment_size_for};
-use super::{Engine, SegmentKind, SegmentSource};
+use super::PlacementPolicy;
+use super::pytorch::best_fit;
+use crate::engine::free_index::FreeKey;
+use crate::engine::rounding::{
+    ROUND_LARGE, SegmentKind, round_to_power2_division, segment_size_for,
+};
+use crate::engine::source::SegmentSource;
+use crate::engine::state::EngineState;
 
 /// A whole cached segment serves any request that leaves at most this many bytes of it
 /// unused, whatever its share.
@@ -45,81 +50,80 @@ const DRIFT_DIVISIONS: u32 = 4;
 /// How many free blocks, smallest first, a search looks at for one it may take.
 const SEARCH_DEPTH: usize = 8;
 
-/// What the compact policy remembers between calls.
+/// The compact policy, and what it remembers between calls.
 #[derive(Debug, Default)]
-pub(crate) struct CompactState {
-    /// Peak of allocated bytes over the engine's life (not reset by `reset_peak_stats`).
-    allocated_peak: u64,
+pub(crate) struct CompactPolicy {
     /// Bytes of segments released to stay under the slack.
     released: u64,
 }
 
 /// Whether a request of `rounded` bytes may take free block `key` without further thought.
-fn may_take(engine: &Engine, key: &FreeKey, rounded: u64) -> bool {
-    engine.is_split(key.block)
+fn may_take(state: &EngineState, key: &FreeKey, rounded: u64) -> bool {
+    state.is_split(key.block)
         || key.size - rounded <= SMALL_LEFTOVER
-        || rounded as f64 >= key.size as f64 * engine.config.compact_min_share
+        || rounded as f64 >= key.size as f64 * state.config.compact_min_share
 }
 
 /// The free block that serves a request, if any. The small pool and the oversize rules of
 /// `max_split_size_mb` behave as in PyTorch.
-pub(super) fn candidate(
-    engine: &Engine,
+fn candidate(
+    state: &EngineState,
+    released: u64,
     pool: SegmentKind,
     stream: u32,
     rounded: u64,
 ) -> Option<FreeKey> {
     if pool == SegmentKind::Small {
-        return engine.pytorch_candidate(pool, stream, rounded);
+        return best_fit(state, pool, stream, rounded);
     }
-    let index = &engine.free_index[pool.index()];
+    let index = &state.free_index[pool.index()];
     let allowed = index
         .fits_ascending(stream, rounded)
         .take(SEARCH_DEPTH)
-        .find(|key| may_take(engine, key, rounded));
+        .find(|key| may_take(state, key, rounded));
     let key = match allowed {
         Some(key) => key,
         None => {
             let best = index.best_fit(stream, rounded)?;
-            if can_grow_within_slack(engine, stream, rounded) {
+            if can_grow_within_slack(state, released, stream, rounded) {
                 return None;
             }
             best
         }
     };
-    engine
+    state
         .passes_oversize_rules(key.size, rounded)
         .then_some(key)
 }
 
 /// The reserved-memory limit for a request of `rounded` bytes, and the allocated peak it is
 /// derived from (this request included).
-fn reserved_limit(engine: &Engine, rounded: u64) -> (u64, u64) {
-    let peak = engine
-        .compact
-        .allocated_peak
-        .max(engine.stats.allocated_bytes.all.current + rounded);
-    let limit = (peak as f64 * (1.0 + engine.config.compact_reserved_slack)) as u64;
+fn reserved_limit(state: &EngineState, rounded: u64) -> (u64, u64) {
+    let peak = state
+        .lifetime_allocated_peak
+        .max(state.stats.allocated_bytes.all.current + rounded);
+    let limit = (peak as f64 * (1.0 + state.config.compact_reserved_slack)) as u64;
     (limit, peak)
 }
 
-/// The release budget left for an allocated peak of `peak` bytes.
-fn budget_left(engine: &Engine, peak: u64) -> u64 {
-    let budget = (peak as f64 * engine.config.compact_release_budget) as u64;
-    budget.saturating_sub(engine.compact.released)
+/// The release budget left for an allocated peak of `peak` bytes, of which `released` were
+/// spent.
+fn budget_left(state: &EngineState, released: u64, peak: u64) -> u64 {
+    let budget = (peak as f64 * state.config.compact_release_budget) as u64;
+    budget.saturating_sub(released)
 }
 
 /// Whether a new segment for `rounded` bytes fits under the limit, possibly after releasing
 /// idle whole segments, smallest first, within the remaining release budget.
-fn can_grow_within_slack(engine: &Engine, stream: u32, rounded: u64) -> bool {
-    let segment = engine.new_segment_size(stream, rounded);
-    let (limit, peak) = reserved_limit(engine, rounded);
-    let reserved = engine.stats.reserved_bytes.all.current;
+fn can_grow_within_slack(state: &EngineState, released: u64, stream: u32, rounded: u64) -> bool {
+    let segment = segment_size(state, stream, rounded).min(state.max_segment_size);
+    let (limit, peak) = reserved_limit(state, rounded);
+    let reserved = state.stats.reserved_bytes.all.current;
     if reserved + segment <= limit {
         return true;
     }
-    let mut left = budget_left(engine, peak);
-    let mut idle: Vec<u64> = engine.idle_blocks().map(|(_, size, _)| size).collect();
+    let mut left = budget_left(state, released, peak);
+    let mut idle: Vec<u64> = state.idle_blocks().map(|(_, size, _)| size).collect();
     idle.sort_unstable();
     let mut freed = 0u64;
     for size in idle {
@@ -136,16 +140,16 @@ fn can_grow_within_slack(engine: &Engine, stream: u32, rounded: u64) -> bool {
 }
 
 /// The size of a new segment on `stream`: PyTorch's, or drift-rounded (rule 3).
-pub(super) fn segment_size(engine: &Engine, stream: u32, rounded: u64) -> u64 {
-    let base = segment_size_for(&engine.config, rounded);
+fn segment_size(state: &EngineState, stream: u32, rounded: u64) -> u64 {
+    let base = segment_size_for(&state.config, rounded);
     if rounded < DRIFT_MIN_SIZE {
         return base;
     }
     let nearly = rounded - rounded / 4;
-    let drifting = engine.free_index[SegmentKind::Large.index()]
+    let drifting = state.free_index[SegmentKind::Large.index()]
         .fits_ascending(stream, nearly)
         .take_while(|key| key.size < rounded)
-        .any(|key| !engine.is_split(key.block));
+        .any(|key| !state.is_split(key.block));
     if !drifting {
         return base;
     }
@@ -153,35 +157,46 @@ pub(super) fn segment_size(engine: &Engine, stream: u32, rounded: u64) -> u64 {
     stepped.div_ceil(ROUND_LARGE) * ROUND_LARGE
 }
 
-/// Releases cached whole segments, least recently freed first, until a new segment of
-/// `segment_size` bytes fits under the slack, or the release budget is spent.
-pub(super) fn make_room<S: SegmentSource + ?Sized>(
-    engine: &mut Engine,
-    rounded: u64,
-    segment_size: u64,
-    source: &mut S,
-) {
-    let (limit, peak) = reserved_limit(engine, rounded);
-    if engine.stats.reserved_bytes.all.current + segment_size <= limit {
-        return;
+impl PlacementPolicy for CompactPolicy {
+    fn candidate(
+        &self,
+        state: &EngineState,
+        kind: SegmentKind,
+        stream: u32,
+        rounded: u64,
+    ) -> Option<FreeKey> {
+        candidate(state, self.released, kind, stream, rounded)
     }
-    let mut left = budget_left(engine, peak);
-    let idle: Vec<(u32, u64, SegmentKind)> = engine.idle_blocks().collect();
-    for (block, size, _) in idle {
-        if engine.stats.reserved_bytes.all.current + segment_size <= limit {
-            break;
-        }
-        if size > left {
-            continue;
-        }
-        left -= size;
-        engine.compact.released += size;
-        engine.release_block(block, source);
-    }
-}
 
-/// Tracks the allocated peak after each allocation.
-pub(super) fn after_allocate(engine: &mut Engine) {
-    let allocated = engine.stats.allocated_bytes.all.current;
-    engine.compact.allocated_peak = engine.compact.allocated_peak.max(allocated);
+    fn segment_size(&self, state: &EngineState, stream: u32, rounded: u64) -> u64 {
+        segment_size(state, stream, rounded)
+    }
+
+    /// Releases cached whole segments, least recently freed first, until a new segment of
+    /// `segment_size` bytes fits under the slack, or the release budget is spent.
+    fn make_room(
+        &mut self,
+        state: &mut EngineState,
+        rounded: u64,
+        segment_size: u64,
+        source: &mut dyn SegmentSource,
+    ) {
+        let (limit, peak) = reserved_limit(state, rounded);
+        if state.reserved() + segment_size <= limit {
+            return;
+        }
+        let mut left = budget_left(state, self.released, peak);
+        let idle: Vec<(u32, u64)> = state.idle_blocks().map(|(b, size, _)| (b, size)).collect();
+        for (block, size) in idle {
+            if state.reserved() + segment_size <= limit {
+                break;
+            }
+            if size > left {
+                continue;
+            }
+            left -= size;
+            self.released += size;
+            state.release_block(block, source);
+        }
+    }
 }

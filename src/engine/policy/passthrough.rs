@@ -1,0 +1,25 @@
+//! `backend:passthrough`: one segment per request, released at free; no caching (like
+//! `PYTORCH_NO_CUDA_MEMORY_CACHING=1`).
+
+use super::PlacementPolicy;
+use crate::engine::free_index::FreeKey;
+use crate::engine::rounding::SegmentKind;
+use crate::engine::state::EngineState;
+
+/// Never reuses a block; every segment is exactly its request, rounded.
+#[derive(Debug, Default)]
+pub(crate) struct PassthroughPolicy;
+
+impl PlacementPolicy for PassthroughPolicy {
+    fn candidate(&self, _: &EngineState, _: SegmentKind, _: u32, _: u64) -> Option<FreeKey> {
+        None
+    }
+
+    fn segment_size(&self, _state: &EngineState, _stream: u32, rounded: u64) -> u64 {
+        rounded
+    }
+
+    fn release_on_free(&self) -> bool {
+        true
+    }
+}
