@@ -55,7 +55,7 @@ mod types;
 pub use check::{BlockSnapshot, SegmentSnapshot};
 pub use error::{AllocError, EngineError, FreeError, OomCause, OutOfMemory};
 pub use rounding::SegmentKind;
-pub use source::{SegmentSource, SourceError, SourceErrorKind, VirtualSegments};
+pub use source::{PageMapping, SegmentSource, SourceError, SourceErrorKind, VirtualSegments};
 pub use stats::{MemoryStats, Stat, StatArray};
 pub use types::{Allocation, BlockId, EngineLimits, MAX_SEGMENT_SIZE, SegmentId};
 
