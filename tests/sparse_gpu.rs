@@ -145,3 +145,80 @@ fn unmapped_memory_is_reused_and_neighbours_keep_their_data() {
     assert_eq!(memory.usage().device_bytes, 0);
     assert_eq!(memory.counters().chunks.frees, 1);
 }
+
+/// On a device whose only queue wgpu shares with the binds, wgpu's `vkQueueSubmit` is the
+/// gated one; with a queue of the pool's own, wgpu keeps the driver's.
+#[test]
+fn wgpu_submits_through_the_gate_exactly_when_the_queue_is_shared() {
+    use wgpu::hal::api::Vulkan;
+    let ctx = gpu();
+    let own_queue = ctx.page_mapping().unwrap().facts().own_queue;
+    // SAFETY: only function pointers and handles are read.
+    let (wgpu_submit, driver_submit) = unsafe {
+        let device = ctx.device().as_hal::<Vulkan>().unwrap();
+        let adapter = ctx.adapter().as_hal::<Vulkan>().unwrap();
+        let raw = device.raw_device();
+        let driver = adapter
+            .shared_instance()
+            .raw_instance()
+            .get_device_proc_addr(raw.handle(), c"vkQueueSubmit".as_ptr())
+            .unwrap();
+        (raw.fp_v1_0().queue_submit as usize, driver as usize)
+    };
+    if own_queue {
+        assert_eq!(
+            wgpu_submit, driver_submit,
+            "an own bind queue needs no gate"
+        );
+    } else {
+        assert_ne!(wgpu_submit, driver_submit, "the shared queue must be gated");
+    }
+}
+
+/// Application threads submit kernels and read back while this thread maps, writes, checks
+/// and unmaps pages on the same device (on lavapipe: the same queue).
+#[test]
+fn binds_and_submissions_from_other_threads_stay_correct() {
+    let ctx = gpu();
+    let kernels = Kernels::new(ctx.device(), ctx.queue());
+    let check = |buffer: &wgpu::Buffer, offset: u64, len: u64, seed: u32| {
+        kernels
+            .run(&KernelCall::fill_pattern(
+                Operand::new(buffer, offset, len),
+                seed,
+            ))
+            .unwrap();
+        let data = read_region(ctx.device(), ctx.queue(), buffer, offset, len).unwrap();
+        let expected: Vec<u32> = (0..(len / 4) as u32)
+            .map(|i| pattern_word(seed, i))
+            .collect();
+        assert_eq!(words(&data), expected, "seed {seed}");
+    };
+    const ROUNDS: u32 = 30;
+    std::thread::scope(|scope| {
+        for thread in 0..3u32 {
+            let check = &check;
+            scope.spawn(move || {
+                let buffer = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("app"),
+                    size: 64 << 10,
+                    usage: USAGE,
+                    mapped_at_creation: false,
+                });
+                for round in 0..ROUNDS {
+                    check(&buffer, 0, 64 << 10, 1000 * thread + round);
+                }
+            });
+        }
+        let mut memory = paged();
+        memory.reserve_range(0, 8 << 20).unwrap();
+        let buffer = memory.buffer(0).unwrap().clone();
+        for round in 0..ROUNDS {
+            let offset = (round as u64 % 16) * (512 << 10);
+            memory.map(0, &[(offset, 256 << 10)]).unwrap();
+            check(&buffer, offset + 512, (256 << 10) - 1024, 7 + round);
+            memory.unmap(0, &[(offset, 256 << 10)]).unwrap();
+        }
+        assert_eq!(memory.counters().bind_calls, 2 * ROUNDS as u64);
+    });
+}

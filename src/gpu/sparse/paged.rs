@@ -221,6 +221,19 @@ impl PagedMemory {
             .map(|state| state.range.buffer())
     }
 
+    /// Another wgpu buffer over range `id`: the same Vulkan buffer and memory, tracked apart
+    /// by wgpu, so dispatches on blocks reached through different wrappers get no barrier
+    /// between them. wgpu then orders nothing between accesses to the same bytes through
+    /// two wrappers: the caller must reach any given byte through one wrapper only (or order
+    /// the accesses itself, for example by separate submissions waited on). Destroyed with
+    /// the range.
+    pub fn alias_buffer(&mut self, id: u32) -> Result<wgpu::Buffer, SparseError> {
+        self.range(id)?;
+        let label = format!("{} range {id} alias", self.label);
+        let state = self.ranges[id as usize].as_mut().expect("checked live");
+        Ok(state.range.alias(&self.device, &label))
+    }
+
     /// Whether every page of `offset..offset + len` of range `id` is mapped.
     pub fn is_mapped(&self, id: u32, offset: u64, len: u64) -> bool {
         let Ok(state) = self.range(id) else {

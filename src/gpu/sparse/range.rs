@@ -1,6 +1,8 @@
 //! An address range: one sparse `VkBuffer` with no memory of its own, wrapped as a
 //! `wgpu::Buffer` so that kernels, copies and bind groups use it like any buffer.
 
+use std::sync::Arc;
+
 use ash::vk;
 use wgpu::hal::api::Vulkan;
 
@@ -13,9 +15,51 @@ use super::error::SparseError;
 /// Dropping it destroys the wgpu buffer; wgpu destroys the `VkBuffer` once the last
 /// submission that used it has finished.
 pub(crate) struct SparseRange {
-    raw: vk::Buffer,
+    raw: Arc<RawSparseBuffer>,
     size: u64,
+    usage: wgpu::BufferUsages,
     buffer: wgpu::Buffer,
+    aliases: Vec<wgpu::Buffer>,
+}
+
+/// The Vulkan buffer, destroyed when the last wgpu wrapper of it is dropped by wgpu.
+struct RawSparseBuffer {
+    device: ash::Device,
+    raw: vk::Buffer,
+}
+
+impl Drop for RawSparseBuffer {
+    fn drop(&mut self) {
+        // SAFETY: every wgpu wrapper holds a reference, and wgpu drops a wrapper only after
+        // the last submission that used it finished: nothing uses the buffer any more.
+        unsafe { self.device.destroy_buffer(self.raw, None) };
+    }
+}
+
+/// A wgpu buffer over `raw`, keeping it alive until wgpu drops the wrapper.
+fn wrap(
+    raw: &Arc<RawSparseBuffer>,
+    device: &wgpu::Device,
+    size: u64,
+    usage: wgpu::BufferUsages,
+    label: &str,
+) -> wgpu::Buffer {
+    let keep = raw.clone();
+    let release: wgpu::hal::DropCallback = Box::new(move || drop(keep));
+    // SAFETY: the Vulkan buffer outlives the hal buffer: the callback holds a reference
+    // until wgpu drops the hal buffer. wgpu never maps it (no MAP usage).
+    let hal_buffer =
+        unsafe { wgpu::hal::vulkan::Buffer::from_raw_externally_owned(raw.raw, release) };
+    let descriptor = wgpu::BufferDescriptor {
+        label: Some(label),
+        size,
+        usage,
+        mapped_at_creation: false,
+    };
+    // SAFETY: the hal buffer was created on this device with the Vulkan usages that `usage`
+    // needs, has a non-zero size, and needs no initialization (the pool hands out
+    // uninitialized memory, as it does from segments).
+    unsafe { device.create_buffer_from_hal::<Vulkan>(hal_buffer, &descriptor) }
 }
 
 impl SparseRange {
@@ -70,27 +114,27 @@ impl SparseRange {
                 requirements.alignment, requirements.memory_type_bits, facts.memory_type
             )));
         }
-        let destroy_with = raw_device.clone();
-        let destroy: wgpu::hal::DropCallback = Box::new(move || {
-            // SAFETY: wgpu runs this once, when it drops the hal buffer after the last
-            // submission that used it; nothing else destroys `raw`.
-            unsafe { destroy_with.destroy_buffer(raw, None) }
+        let raw = Arc::new(RawSparseBuffer {
+            device: raw_device.clone(),
+            raw,
         });
-        // SAFETY: `raw` outlives the hal buffer: `destroy`, run when wgpu drops the hal
-        // buffer, is the only place that destroys it. wgpu never maps it (no MAP usage).
-        let hal_buffer =
-            unsafe { wgpu::hal::vulkan::Buffer::from_raw_externally_owned(raw, destroy) };
-        let descriptor = wgpu::BufferDescriptor {
-            label: Some(label),
+        let buffer = wrap(&raw, device, size, usage, label);
+        Ok(SparseRange {
+            raw,
             size,
             usage,
-            mapped_at_creation: false,
-        };
-        // SAFETY: the hal buffer was created on this device with the Vulkan usages that
-        // `usage` needs, has a non-zero size, and needs no initialization (the pool hands
-        // out uninitialized memory, as it does from segments).
-        let buffer = unsafe { device.create_buffer_from_hal::<Vulkan>(hal_buffer, &descriptor) };
-        Ok(SparseRange { raw, size, buffer })
+            buffer,
+            aliases: Vec::new(),
+        })
+    }
+
+    /// Another wgpu buffer over the same Vulkan buffer. wgpu tracks it apart from the
+    /// range's own buffer: dispatches on different wrappers get no barrier between them, and
+    /// nothing orders accesses to the same bytes through different wrappers.
+    pub fn alias(&mut self, device: &wgpu::Device, label: &str) -> wgpu::Buffer {
+        let buffer = wrap(&self.raw, device, self.size, self.usage, label);
+        self.aliases.push(buffer.clone());
+        buffer
     }
 
     /// The wgpu buffer over the whole range.
@@ -100,7 +144,7 @@ impl SparseRange {
 
     /// The Vulkan buffer, for binds.
     pub fn raw(&self) -> vk::Buffer {
-        self.raw
+        self.raw.raw
     }
 
     /// The range's size in bytes.
@@ -111,9 +155,12 @@ impl SparseRange {
 
 impl Drop for SparseRange {
     fn drop(&mut self) {
-        // wgpu refuses any further use of the buffer and drops the hal buffer (destroying
-        // the VkBuffer) after the submissions that used it.
+        // wgpu refuses any further use of the wrappers and drops their hal buffers after the
+        // submissions that used them; the last one destroys the VkBuffer.
         self.buffer.destroy();
+        for alias in &self.aliases {
+            alias.destroy();
+        }
     }
 }
 
