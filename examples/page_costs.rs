@@ -1,0 +1,274 @@
+//! What page mapping costs on this adapter, against plain buffers, as one JSON object:
+//!
+//! - `grow`: growing by `--grow-mib` MiB as page-mapped memory (allocate the chunk and bind
+//!   it, in one call and in 20 MiB steps) against `create_buffer` of the same size;
+//! - `dispatches`: `--dispatches` small independent kernels (a fill of `--block-kib` KiB
+//!   each), in one compute pass, on blocks of one page-mapped range, on blocks of one plain
+//!   buffer, on blocks in separate buffers (separate segments), and on blocks of one range
+//!   reached through a wrapper each (aliases, which wgpu tracks apart).
+//!
+//! wgpu tracks usage per buffer: a kernel writing a block is a read-write use of the whole
+//! buffer, so consecutive dispatches on blocks of one buffer get a barrier between them,
+//! while dispatches on separate buffers do not.
+//!
+//! `cargo run --release --example page_costs -- --grow-mib 1024 --dispatches 1000`
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde::Serialize;
+use wgpool::gpu::scope::catch;
+use wgpool::gpu::sparse::{ChunkPolicy, PagedMemory};
+use wgpool::gpu::timing::{RunCounts, Timer, median};
+use wgpool::gpu::{GpuContext, HeadlessOptions};
+use wgpool::kernels::{KernelCall, KernelError, Kernels, Operand, PreparedKernel};
+
+#[derive(Parser)]
+struct Args {
+    /// Growth to measure, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    grow_mib: u64,
+    /// Repetitions of each growth measurement (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    grow_runs: usize,
+    /// Independent dispatches per measurement.
+    #[arg(long, default_value_t = 1000)]
+    dispatches: usize,
+    /// Bytes each dispatch writes, in KiB.
+    #[arg(long, default_value_t = 64)]
+    block_kib: u64,
+    /// Timed runs of each dispatch layout.
+    #[arg(long, default_value_t = 15)]
+    timed: u32,
+}
+
+#[derive(Serialize)]
+struct Report {
+    adapter: String,
+    page_size: u64,
+    own_bind_queue: bool,
+    grow: Grow,
+    dispatches: Dispatches,
+}
+
+#[derive(Serialize)]
+struct Grow {
+    bytes: u64,
+    runs: usize,
+    /// Allocate + bind in one map call (one chunk, one bind), wall time.
+    pages_one_call_ms: f64,
+    /// Of which `vkAllocateMemory`.
+    pages_one_call_allocate_ms: f64,
+    /// Of which `vkQueueBindSparse` and its fence wait.
+    pages_one_call_bind_ms: f64,
+    /// The same growth as 20 MiB maps (each a chunk by the default chunk policy and a bind).
+    pages_20mib_steps_ms: f64,
+    /// Creating the sparse range itself (address space only).
+    range_create_ms: f64,
+    /// `create_buffer` of the same size.
+    create_buffer_ms: f64,
+    /// `pages_one_call_ms / create_buffer_ms`.
+    one_call_over_create_buffer: f64,
+}
+
+#[derive(Serialize)]
+struct Dispatches {
+    count: usize,
+    block_bytes: u64,
+    method: &'static str,
+    /// Median GPU time of the pass, per layout, in microseconds.
+    one_range_us: f64,
+    one_plain_buffer_us: f64,
+    separate_buffers_us: f64,
+    one_range_aliases_us: f64,
+    /// `one_range_us / separate_buffers_us`: above 1.05, sharing one buffer costs.
+    one_range_over_separate: f64,
+    one_range_aliases_over_separate: f64,
+}
+
+const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let gpu = GpuContext::headless(&HeadlessOptions::default())?;
+    let sparse = gpu.page_mapping()?;
+    let grow = measure_grow(&gpu, &args)?;
+    let dispatches = measure_dispatches(&gpu, &args)?;
+    let report = Report {
+        adapter: gpu.info().name.clone(),
+        page_size: sparse.page_size(),
+        own_bind_queue: sparse.facts().own_queue,
+        grow,
+        dispatches,
+    };
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+fn paged(gpu: &GpuContext) -> Result<PagedMemory, Box<dyn std::error::Error>> {
+    Ok(PagedMemory::new(
+        gpu.device(),
+        gpu.queue(),
+        USAGE,
+        "page_costs",
+        ChunkPolicy::default(),
+    )?)
+}
+
+fn measure_grow(gpu: &GpuContext, args: &Args) -> Result<Grow, Box<dyn std::error::Error>> {
+    let bytes = args.grow_mib << 20;
+    let step = 20u64 << 20;
+    let (mut one, mut allocate, mut bind, mut steps, mut range, mut create) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..args.grow_runs.max(1) {
+        let mut memory = paged(gpu)?;
+        let size = bytes.div_ceil(memory.page_size()) * memory.page_size();
+        let start = Instant::now();
+        memory.reserve_range(0, size)?;
+        range.push(ms(start.elapsed()));
+        let start = Instant::now();
+        memory.map(0, &[(0, size)])?;
+        one.push(ms(start.elapsed()));
+        let counters = memory.counters();
+        allocate.push(ms(counters.chunks.time));
+        bind.push(ms(counters.bind_time));
+        drop(memory);
+
+        let mut memory = paged(gpu)?;
+        memory.reserve_range(0, size)?;
+        let start = Instant::now();
+        let mut at = 0;
+        while at < size {
+            let len = step.min(size - at);
+            memory.map(0, &[(at, len)])?;
+            at += len;
+        }
+        steps.push(ms(start.elapsed()));
+        drop(memory);
+
+        let start = Instant::now();
+        let buffer = catch(gpu.device(), || {
+            gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                label: Some("page_costs segment"),
+                size,
+                usage: USAGE,
+                mapped_at_creation: false,
+            })
+        })?;
+        create.push(ms(start.elapsed()));
+        buffer.destroy();
+        gpu.wait_idle()?;
+    }
+    let one_call = median(&one);
+    let create_buffer = median(&create);
+    Ok(Grow {
+        bytes,
+        runs: one.len(),
+        pages_one_call_ms: one_call,
+        pages_one_call_allocate_ms: median(&allocate),
+        pages_one_call_bind_ms: median(&bind),
+        pages_20mib_steps_ms: median(&steps),
+        range_create_ms: median(&range),
+        create_buffer_ms: create_buffer,
+        one_call_over_create_buffer: one_call / create_buffer,
+    })
+}
+
+fn measure_dispatches(
+    gpu: &GpuContext,
+    args: &Args,
+) -> Result<Dispatches, Box<dyn std::error::Error>> {
+    let device = gpu.device();
+    let kernels = Kernels::new(device, gpu.queue());
+    let block = args.block_kib << 10;
+    let count = args.dispatches;
+    let total = block * count as u64;
+
+    let mut memory = paged(gpu)?;
+    let size = total.div_ceil(memory.page_size()) * memory.page_size();
+    memory.reserve_range(0, size)?;
+    memory.map(0, &[(0, size)])?;
+    let range = memory.buffer(0).expect("reserved").clone();
+    let aliases: Vec<wgpu::Buffer> = (0..count)
+        .map(|_| memory.alias_buffer(0))
+        .collect::<Result<_, _>>()?;
+    let make = |size: u64| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("page_costs"),
+            size,
+            usage: USAGE,
+            mapped_at_creation: false,
+        })
+    };
+    let plain = make(total);
+    let separate: Vec<wgpu::Buffer> = (0..count).map(|_| make(block)).collect();
+
+    let prepare = |operands: Vec<Operand<'_>>| -> Result<Vec<PreparedKernel>, KernelError> {
+        operands
+            .into_iter()
+            .enumerate()
+            .map(|(i, operand)| kernels.prepare(&KernelCall::fill(operand, i as u32)))
+            .collect()
+    };
+    let at = |i: usize| i as u64 * block;
+    let layouts = [
+        prepare(
+            (0..count)
+                .map(|i| Operand::new(&range, at(i), block))
+                .collect(),
+        )?,
+        prepare(
+            (0..count)
+                .map(|i| Operand::new(&plain, at(i), block))
+                .collect(),
+        )?,
+        prepare(
+            (0..count)
+                .map(|i| Operand::new(&separate[i], 0, block))
+                .collect(),
+        )?,
+        prepare(
+            (0..count)
+                .map(|i| Operand::new(&aliases[i], at(i), block))
+                .collect(),
+        )?,
+    ];
+    let timer = Timer::new(device, gpu.queue(), false);
+    let counts = RunCounts {
+        warmup: 3,
+        min_warmup: Duration::from_millis(500),
+        timed: args.timed.max(1),
+    };
+    let mut medians = Vec::new();
+    let mut method = "wall";
+    for prepared in &layouts {
+        let measurement = timer.measure_pass(counts, |encoder, timestamps| {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("page_costs dispatches"),
+                timestamp_writes: timestamps,
+            });
+            for kernel in prepared {
+                kernel.record_in_pass(&mut pass);
+            }
+        })?;
+        method = measurement.method.as_str();
+        medians.push(measurement.median_ns / 1e3);
+    }
+    Ok(Dispatches {
+        count,
+        block_bytes: block,
+        method,
+        one_range_us: medians[0],
+        one_plain_buffer_us: medians[1],
+        separate_buffers_us: medians[2],
+        one_range_aliases_us: medians[3],
+        one_range_over_separate: medians[0] / medians[2],
+        one_range_aliases_over_separate: medians[3] / medians[2],
+    })
+}
