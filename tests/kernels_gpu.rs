@@ -7,7 +7,7 @@ mod common;
 
 use wgpool::bench::half::{f16_bits_from_f32, f32_from_f16_bits};
 use wgpool::bench::rng::SplitMix64;
-use wgpool::gpu::timing::{RunCounts, Timer, TimingMethod};
+use wgpool::bench::timing::{RunCounts, Timer, TimingMethod};
 use wgpool::gpu::transfer::{read_region, write_region};
 use wgpool::gpu::{GpuContext, HeadlessOptions};
 use wgpool::kernels::{

@@ -7,10 +7,10 @@
 
 mod common;
 
+use wgpool::bench::timing::RunCounts;
 use wgpool::bench::transfers::{TransferBenchConfig, measure_transfers};
 use wgpool::config::Config;
 use wgpool::gpu::GpuContext;
-use wgpool::gpu::timing::RunCounts;
 use wgpool::gpu::transfer::{read_region, write_region};
 use wgpool::pool::{Block, Pool, PoolOptions};
 use wgpool::staging::{StagingError, StagingOptions, StagingPool};

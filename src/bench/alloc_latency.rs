@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::gpu::timing::median;
+use crate::bench::timing::median;
 
 use crate::config::Config;
 use crate::gpu::GpuContext;

@@ -1,7 +1,7 @@
 //! Why a benchmark run failed.
 
+use crate::bench::timing::TimingError;
 use crate::gpu::scope::CaughtError;
-use crate::gpu::timing::TimingError;
 use crate::gpu::transfer::TransferError;
 use crate::kernels::KernelError;
 

@@ -1,3 +1,4 @@
+//! Internal to the `wgpool` command and its tests (feature `cli`), with no stability promise:
 //! `wgpool bench`: kernels on pool blocks (device- and host-resident) and on raw buffers,
 //! in-device moves, allocation latency and host transfers.
 //!
@@ -9,7 +10,7 @@
 //!
 //! ```no_run
 //! use wgpool::bench::{BenchConfig, default_sources, run_bench, table};
-//! use wgpool::gpu::timing::RunCounts;
+//! use wgpool::bench::timing::RunCounts;
 //! use wgpool::gpu::{GpuContext, HeadlessOptions};
 //! let ctx = GpuContext::headless(&HeadlessOptions::default())?;
 //! let config = BenchConfig {
@@ -36,6 +37,7 @@ pub mod residency_moves;
 pub mod rng;
 mod run;
 pub mod table;
+pub mod timing;
 pub mod transfers;
 
 pub use error::BenchError;

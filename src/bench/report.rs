@@ -2,8 +2,8 @@
 
 use serde::Serialize;
 
+use crate::bench::timing::TimingMethod;
 use crate::gpu::AdapterSummary;
-use crate::gpu::timing::TimingMethod;
 
 /// Everything one `wgpool bench` run measured, as `--json` prints it.
 #[derive(Clone, Debug, Serialize)]

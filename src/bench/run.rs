@@ -1,7 +1,7 @@
 //! The benchmark driver: for every kernel and placement, verify on fresh random data, then
 //! time; then the in-device moves.
 
-use crate::gpu::timing::{Measurement, RunCounts, Timer, TimingMethod};
+use crate::bench::timing::{Measurement, RunCounts, Timer, TimingMethod};
 use crate::gpu::transfer::{read_region, write_region};
 use crate::gpu::{AdapterSummary, GpuContext};
 use crate::kernels::{

@@ -33,11 +33,11 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::bench::timing::{RunCounts, median};
 use crate::config::Config;
 use crate::engine::AllocError;
 use crate::gpu::GpuContext;
 use crate::gpu::scope::{CaughtError, catch};
-use crate::gpu::timing::{RunCounts, median};
 use crate::gpu::transfer::{TransferError, read_region};
 use crate::pool::{Block, Pool, PoolError};
 use crate::staging::{StagingError, StagingOptions, StagingPool, StagingStats};

@@ -3,10 +3,10 @@
 
 use std::io::IsTerminal;
 
+use wgpool::bench::timing::RunCounts;
 use wgpool::bench::{
     BenchConfig, BenchError, BenchEvent, alloc_latency, default_sources, run_bench, table,
 };
-use wgpool::gpu::timing::RunCounts;
 use wgpool::gpu::{GpuContext, GpuError, HeadlessOptions};
 use wgpool::kernels::{Kernel, KernelError, KernelOptions};
 

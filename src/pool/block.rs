@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Residency;
+use super::reuse_cache::Reusable;
 use super::shared::{BindingLimits, PoolShared};
 use crate::engine::{Allocation, BlockId, SegmentId, SegmentKind};
 use crate::kernels::Operand;
@@ -40,6 +41,20 @@ impl BlockParts {
             size: allocation.requested,
             capacity: allocation.block_size,
         }
+    }
+}
+
+impl Reusable for BlockParts {
+    fn requested(&self) -> u64 {
+        self.size
+    }
+
+    fn block_size(&self) -> u64 {
+        self.capacity
+    }
+
+    fn kind(&self) -> SegmentKind {
+        self.kind
     }
 }
 
@@ -195,6 +210,7 @@ impl std::fmt::Debug for Block {
     }
 }
 
+#[allow(unsafe_code)]
 impl Drop for Block {
     fn drop(&mut self) {
         // SAFETY: both fields are taken once, here, and never touched again.

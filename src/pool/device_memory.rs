@@ -2,6 +2,7 @@
 
 /// Total bytes of the device-local memory heaps behind `device`, read through wgpu-hal and
 /// Vulkan. `None` on other backends, where wgpu has no way to ask (gfx-rs/wgpu#2447).
+#[allow(unsafe_code)]
 pub(crate) fn device_local_bytes(device: &wgpu::Device) -> Option<u64> {
     // SAFETY: the hal device is borrowed only for this call; nothing is created or destroyed
     // through it, and the query only reads properties of its own physical device.

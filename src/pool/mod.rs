@@ -30,7 +30,7 @@
 //!
 //! Segment creation runs under wgpu error scopes. A device out-of-memory goes down the
 //! engine's retry chain (release cached blocks, retry) and ends, if nothing helps, as
-//! [`AllocError::OutOfMemory`] with the engine's diagnostic; the pool stays usable.
+//! [`AllocError::OutOfMemory`](crate::engine::AllocError::OutOfMemory) with the engine's diagnostic; the pool stays usable.
 
 mod alloc;
 mod binding;

@@ -9,7 +9,7 @@ use super::device_segments::DeviceSegments;
 use super::error::PoolError;
 use super::host_tier::HostTier;
 use super::options::FreeTiming;
-use super::reuse_cache::ReuseCache;
+use super::reuse_cache::{self, CacheOwner, ReuseCache};
 use crate::engine::{Engine, SegmentKind};
 
 /// Binding limits of the pool's usage, read from the device once.
@@ -41,7 +41,7 @@ pub(crate) struct PoolShared {
     pub queue: wgpu::Queue,
     pub limits: BindingLimits,
     pub state: Mutex<PoolState>,
-    pub reuse: ReuseCache,
+    pub reuse: ReuseCache<PoolShared, BlockParts>,
     /// Live `Pool` handles; blocks are parked for reuse only while one exists.
     pub handles: AtomicUsize,
     /// Whether host-resident blocks can be bound (`MAPPABLE_PRIMARY_BUFFERS`).
@@ -84,13 +84,7 @@ impl PoolShared {
             free_to_engine(&mut state, *parts);
             return;
         }
-        let this: *const PoolShared = Arc::as_ptr(&shared);
-        // SAFETY: `this` points into the allocation `shared` keeps alive. The reference moves
-        // into the cache, which lives in that same allocation, or comes back to us; either way
-        // the allocation outlives the call.
-        let cache = unsafe { &(*this).reuse };
-        let handles = unsafe { &(*this).handles };
-        if let Err((shared, parts)) = cache.park((shared, parts), handles) {
+        if let Err((shared, parts)) = reuse_cache::park(shared, parts) {
             let mut state = shared.lock();
             free_to_engine(&mut state, *parts);
         }
@@ -143,6 +137,18 @@ impl PoolShared {
             free_to_engine(&mut state, *parts);
         }
         state
+    }
+}
+
+impl CacheOwner for PoolShared {
+    type Parts = BlockParts;
+
+    fn cache(&self) -> &ReuseCache<PoolShared, BlockParts> {
+        &self.reuse
+    }
+
+    fn open_handles(&self) -> &AtomicUsize {
+        &self.handles
     }
 }
 

@@ -73,6 +73,9 @@
 //! ```
 
 mod cache;
+// Audited: copies between user memory and mapped staging memory on worker threads, with
+// the lifetime rule written in the module.
+#[allow(unsafe_code)]
 mod copy_threads;
 mod download;
 mod error;

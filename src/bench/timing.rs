@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::scope::{CaughtError, catch};
+use crate::gpu::scope::{CaughtError, catch};
 
 /// How a [`Measurement`] was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -63,8 +63,8 @@ impl Measurement {
 /// for an even count; `0.0` for no samples.
 ///
 /// ```
-/// assert_eq!(wgpool::gpu::timing::median(&[5.0, 1.0, 3.0]), 3.0);
-/// assert_eq!(wgpool::gpu::timing::median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+/// assert_eq!(wgpool::bench::timing::median(&[5.0, 1.0, 3.0]), 3.0);
+/// assert_eq!(wgpool::bench::timing::median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
 /// ```
 pub fn median(samples: &[f64]) -> f64 {
     if samples.is_empty() {
