@@ -5,7 +5,7 @@ use super::rounding::{MIN_BLOCK_SIZE, SegmentKind};
 use super::state::EngineState;
 use super::types::SegmentId;
 
-/// One block of a segment, as [`Engine::snapshot`] reports it.
+/// One block of a segment, as [`Engine::snapshot`](super::Engine::snapshot) reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockSnapshot {
     /// Offset in the segment.
