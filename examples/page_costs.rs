@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde::Serialize;
+use wgpool::bench::timing::{RunCounts, Timer, median};
 use wgpool::gpu::scope::catch;
 use wgpool::gpu::sparse::{ChunkPolicy, PagedMemory};
-use wgpool::gpu::timing::{RunCounts, Timer, median};
 use wgpool::gpu::{GpuContext, HeadlessOptions};
 use wgpool::kernels::{KernelCall, KernelError, Kernels, Operand, PreparedKernel};
 
