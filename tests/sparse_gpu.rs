@@ -1,6 +1,9 @@
 //! Page mapping on the GPU (Vulkan sparse binding), on the binary's shared device: lavapipe
 //! 25 in CI (`scripts/setup-vulkan` installs it), 4 KiB pages and one queue.
 
+// Page runs are arrays of byte ranges; a call with one run is an array of one range.
+#![allow(clippy::single_range_in_vec_init)]
+
 mod common;
 
 use common::gpu;
@@ -221,4 +224,73 @@ fn binds_and_submissions_from_other_threads_stay_correct() {
         }
         assert_eq!(memory.counters().bind_calls, 2 * ROUNDS as u64);
     });
+}
+
+/// The engine's page operations: unmapped memory stays held, `release_held` frees whole
+/// idle chunks (never more than the engine released), stranded memory is mapped again
+/// before any new chunk, and failures come back with the right kind.
+#[test]
+fn the_segment_source_holds_unmapped_memory_and_frees_what_the_engine_releases() {
+    use wgpool::engine::{SegmentId, SegmentKind, SegmentSource};
+    let mut memory = paged();
+    let mapping = memory.page_mapping().unwrap();
+    let facts = memory.sparse().facts();
+    assert_eq!(mapping.page, facts.page_size);
+    assert!(
+        mapping.max_range <= facts.address_space / 4,
+        "{mapping:?} {facts:?}"
+    );
+    assert!(mapping.max_range >= 256 << 20, "{mapping:?}");
+
+    let id = SegmentId(1);
+    SegmentSource::reserve_range(&mut memory, id, 4 << 20, SegmentKind::Large).unwrap();
+    memory
+        .map_pages(id, &[0..1 << 20, 2 << 20..3 << 20])
+        .unwrap();
+    assert_eq!(memory.counters().bind_calls, 1, "one bind per call");
+    assert_eq!(memory.counters().chunks.allocations, 1);
+    memory.unmap_pages(id, &[0..1 << 20]).unwrap();
+    assert_eq!(
+        memory.usage().device_bytes,
+        2 << 20,
+        "unmapped memory stays held"
+    );
+    // The chunk still backs mapped pages: nothing can be freed, and nothing more is.
+    memory.release_held(1 << 20);
+    assert_eq!(memory.usage().device_bytes, 2 << 20);
+    // That stranded megabyte serves the next map: no new chunk.
+    memory.map_pages(id, &[1 << 20..2 << 20]).unwrap();
+    assert_eq!(memory.counters().chunks.allocations, 1);
+    memory.unmap_pages(id, &[1 << 20..3 << 20]).unwrap();
+    memory.release_held(2 << 20);
+    assert_eq!(
+        memory.usage().device_bytes,
+        0,
+        "every chunk idle and released"
+    );
+    SegmentSource::release_range(&mut memory, id, 4 << 20);
+    assert_eq!(memory.usage().ranges, 0);
+
+    // A fixed segment is a range of its own, wholly mapped, freed on release.
+    memory
+        .create_segment(SegmentId(2), 3 << 20, SegmentKind::Large)
+        .unwrap();
+    assert!(memory.is_mapped(2, 0, 3 << 20));
+    memory.release_segment(SegmentId(2), 3 << 20);
+    assert_eq!(memory.usage().device_bytes, 0);
+
+    // Past the cap, and past the address space: out of memory, for the retry chain.
+    memory.set_limit(Some(1 << 20));
+    SegmentSource::reserve_range(&mut memory, id, 4 << 20, SegmentKind::Large).unwrap();
+    let error = memory.map_pages(id, &[0..2 << 20]).unwrap_err();
+    assert!(error.is_out_of_memory(), "{error}");
+    assert!(!memory.is_mapped(1, 0, 4096), "a failed map maps nothing");
+    let too_big = facts.address_space + facts.page_size;
+    let error =
+        SegmentSource::reserve_range(&mut memory, SegmentId(3), too_big, SegmentKind::Large)
+            .unwrap_err();
+    assert!(error.is_out_of_memory(), "{error}");
+    // A run off the pages is a plain error: retrying cannot help.
+    let error = memory.map_pages(id, &[100..4096]).unwrap_err();
+    assert!(!error.is_out_of_memory(), "{error}");
 }

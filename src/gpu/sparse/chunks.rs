@@ -217,22 +217,28 @@ impl Chunks {
         self.insert_free(chunk, first, pages);
     }
 
-    /// Frees chunks none of whose pages are taken, oldest first, until at least `bytes`
-    /// were freed or none is left; returns the bytes freed.
+    /// Frees chunks none of whose pages are taken, largest first, each only if it fits in
+    /// what is left of `bytes`; returns the bytes freed (at most `bytes`).
     pub fn release_idle(&mut self, sparse: &SparseDevice, bytes: u64) -> u64 {
+        let mut idle: Vec<(u32, usize)> = self
+            .chunks
+            .iter()
+            .enumerate()
+            .filter_map(|(index, chunk)| match chunk {
+                Some(c) if c.free_pages == c.pages => Some((c.pages, index)),
+                _ => None,
+            })
+            .collect();
+        idle.sort_unstable_by(|a, b| b.cmp(a));
         let mut freed = 0;
-        for index in 0..self.chunks.len() {
-            if freed >= bytes {
-                break;
-            }
-            let idle = matches!(&self.chunks[index], Some(c) if c.free_pages == c.pages);
-            if !idle {
+        for (pages, index) in idle {
+            let size = pages as u64 * self.page;
+            if freed + size > bytes {
                 continue;
             }
-            let chunk = self.chunks[index].take().expect("checked");
+            let chunk = self.chunks[index].take().expect("listed as idle");
             self.by_length.remove(&(chunk.pages, index as u32, 0));
             self.free_pages -= chunk.pages as u64;
-            let size = chunk.pages as u64 * self.page;
             self.held_bytes -= size;
             let start = Instant::now();
             // SAFETY: no page of the chunk is bound (every page is free), so no range and

@@ -27,6 +27,7 @@ mod gate;
 mod open;
 mod paged;
 mod range;
+mod source;
 
 pub use chunks::{ChunkCounters, ChunkPolicy};
 pub use device::{SparseDevice, SparseFacts};

@@ -89,6 +89,8 @@ pub struct PagedMemory {
     mapped_bytes: u64,
     range_bytes: u64,
     counters: PagedCounters,
+    /// Held memory as the engine counts it (see the `SegmentSource` impl).
+    pub(super) engine_held: u64,
 }
 
 impl PagedMemory {
@@ -115,6 +117,7 @@ impl PagedMemory {
             mapped_bytes: 0,
             range_bytes: 0,
             counters: PagedCounters::default(),
+            engine_held: 0,
         })
     }
 
@@ -412,8 +415,8 @@ impl PagedMemory {
         Ok(())
     }
 
-    /// Frees chunks with no page in use until at least `bytes` were freed (or none is
-    /// left); returns the bytes freed. Held pages of chunks that are partly in use stay.
+    /// Frees chunks with no page in use, largest first, as long as the total stays at most
+    /// `bytes`; returns the bytes freed. Held pages of chunks that are partly in use stay.
     pub fn release_idle(&mut self, bytes: u64) -> u64 {
         self.chunks.release_idle(&self.sparse, bytes)
     }

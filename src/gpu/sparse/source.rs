@@ -1,0 +1,122 @@
+//! Page-mapped memory as the engine's [`SegmentSource`]: address ranges, batched maps and
+//! unmaps, and held memory released on request.
+
+use std::ops::Range;
+
+use crate::engine::{PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError};
+
+use super::error::SparseError;
+use super::paged::PagedMemory;
+
+impl From<SparseError> for SourceError {
+    fn from(error: SparseError) -> SourceError {
+        if error.is_out_of_memory() {
+            SourceError::out_of_memory(error)
+        } else {
+            SourceError::other(error)
+        }
+    }
+}
+
+fn runs_of(ranges: &[Range<u64>]) -> Vec<(u64, u64)> {
+    ranges.iter().map(|r| (r.start, r.end - r.start)).collect()
+}
+
+impl PagedMemory {
+    /// The size of the address ranges the engine should reserve: at most a quarter of the
+    /// device's sparse address space (several pools and segment kinds share it), and no more
+    /// than the device memory rounded up to a power of two (a range larger than the device
+    /// could never be filled). 512 MiB on lavapipe (2 GiB of address space), 256 GiB on an
+    /// H200 (1 TiB, 141 GB of memory).
+    pub fn range_size(&self) -> u64 {
+        let facts = self.sparse().facts();
+        let page = facts.page_size;
+        let quarter = facts.address_space / 4;
+        let memory = facts
+            .heap_size
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX);
+        let size = facts.max_range_size.min(quarter).min(memory);
+        (size / page * page).max(page)
+    }
+}
+
+/// The engine's view of held memory is kept in `PagedMemory::engine_held`: memory the
+/// engine unmapped and has neither mapped again nor released. Chunks free memory only as
+/// whole chunks, so after `release_held` some of the engine's released bytes may still sit
+/// in chunks that are partly in use: the next maps use them before any new chunk is
+/// allocated, and later releases free them once their chunk is idle.
+impl SegmentSource for PagedMemory {
+    /// A fixed segment on a page-mapping device: a range of its own, wholly mapped.
+    fn create_segment(
+        &mut self,
+        id: SegmentId,
+        size: u64,
+        _kind: SegmentKind,
+    ) -> Result<(), SourceError> {
+        let page = self.page_size();
+        let size = size.div_ceil(page) * page;
+        self.reserve_range(id.0, size)?;
+        if let Err(error) = self.map(id.0, &[(0, size)]) {
+            let _ = self.release_range(id.0);
+            return Err(error.into());
+        }
+        Ok(())
+    }
+
+    fn release_segment(&mut self, id: SegmentId, size: u64) {
+        let _ = size;
+        // A failure here is a lost device: nothing is left to give back. The segment's
+        // memory is not held as the engine counts it, so it is freed.
+        if self.release_range(id.0).is_ok() {
+            self.release_owed();
+        }
+    }
+
+    fn page_mapping(&self) -> Option<PageMapping> {
+        Some(PageMapping::new(self.page_size(), self.range_size()))
+    }
+
+    fn reserve_range(
+        &mut self,
+        id: SegmentId,
+        size: u64,
+        _kind: SegmentKind,
+    ) -> Result<(), SourceError> {
+        Ok(PagedMemory::reserve_range(self, id.0, size)?)
+    }
+
+    fn release_range(&mut self, id: SegmentId, _size: u64) {
+        // No page is mapped (the engine unmapped them), so this is address space only and
+        // cannot fail on a live device.
+        let _ = PagedMemory::release_range(self, id.0);
+    }
+
+    fn map_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
+        let runs = runs_of(runs);
+        self.map(id.0, &runs)?;
+        let bytes: u64 = runs.iter().map(|&(_, len)| len).sum();
+        self.engine_held = self.engine_held.saturating_sub(bytes);
+        Ok(())
+    }
+
+    fn unmap_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
+        let runs = runs_of(runs);
+        self.unmap(id.0, &runs)?;
+        self.engine_held += runs.iter().map(|&(_, len)| len).sum::<u64>();
+        Ok(())
+    }
+
+    fn release_held(&mut self, bytes: u64) {
+        self.engine_held = self.engine_held.saturating_sub(bytes);
+        self.release_owed();
+    }
+}
+
+impl PagedMemory {
+    /// Frees idle chunks up to the memory held beyond what the engine counts as held.
+    fn release_owed(&mut self) {
+        let owed = self.idle_bytes().saturating_sub(self.engine_held);
+        self.release_idle(owed);
+    }
+}
