@@ -36,15 +36,14 @@ fn main() -> ExitCode {
         Command::Replay(args) => cli::replay::run(args),
         Command::Info(args) => cli::info::run(args),
         Command::Bench(args) => cli::bench::run(args),
-        Command::Options => {
-            print!("{}", wgpool::config::options_markdown_table());
-            Ok(())
-        }
+        Command::Options => cli::output::print(&wgpool::config::options_markdown_table()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("wgpool: {}", failure.message);
+            if !failure.message.is_empty() {
+                eprintln!("wgpool: {}", failure.message);
+            }
             ExitCode::from(failure.exit_code)
         }
     }

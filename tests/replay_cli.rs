@@ -290,3 +290,125 @@ fn a_missing_file_exits_2_naming_it() {
     let stderr = bad_input(&["replay", path], None);
     assert!(stderr.contains(path), "{stderr}");
 }
+
+/// F5: a device size whose bytes do not fit 64 bits is refused, not wrapped to a cap of 0.
+#[test]
+fn a_device_size_beyond_64_bits_of_bytes_is_refused() {
+    let trace = TraceFile::new("alloc,1,1000,0\n");
+    let path = trace.0.to_str().unwrap();
+    let stderr = bad_input(
+        &[
+            "replay",
+            path,
+            "--json",
+            "--conf",
+            "per_process_memory_fraction:0.5",
+            "--device-memory-mb",
+            "17592186044416",
+        ],
+        None,
+    );
+    assert!(
+        stderr.contains("--device-memory-mb 17592186044416"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("at most 17592186044415 MiB"), "{stderr}");
+    // The largest value that fits is taken.
+    let report = replay_json(
+        &trace,
+        Some("per_process_memory_fraction:0.5"),
+        &["--device-memory-mb", "17592186044415"],
+    );
+    assert_eq!(u(&report, "num_ooms"), 0);
+}
+
+/// F6: a reader that closes the pipe early ends the command quietly.
+#[test]
+fn a_closed_stdout_exits_quietly() {
+    use std::process::Stdio;
+    let trace = TraceFile::new(MIXED);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wgpool"))
+        .args(["replay", trace.0.to_str().unwrap(), "--json"])
+        .env_remove("WGPOOL_CONF")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the reading end before the replay (which runs for at least 200 ms) prints.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
+
+/// F7: a 100 MB field, or an endless input, gives a short error, not a huge line or an
+/// exhausted memory.
+#[test]
+fn huge_fields_and_endless_inputs_give_short_errors() {
+    let trace = TraceFile::new(&format!("alloc,1,{},0\n", "7".repeat(100 << 20)));
+    let stderr = bad_input(&["replay", trace.0.to_str().unwrap()], None);
+    assert!(stderr.len() < 500, "{} bytes of error", stderr.len());
+    assert!(stderr.contains("line 2"), "{stderr}");
+    if std::path::Path::new("/dev/zero").exists() {
+        let stderr = bad_input(&["replay", "/dev/zero"], None);
+        assert!(stderr.len() < 500, "{} bytes of error", stderr.len());
+        assert!(stderr.contains("longer than"), "{stderr}");
+    }
+    // A limit on the whole input.
+    let rows = "alloc,1,1000,0\nfree,1,1000,0\n".repeat(40_000);
+    let trace = TraceFile::new(&rows);
+    let stderr = bad_input(
+        &["replay", trace.0.to_str().unwrap(), "--max-input-mb", "1"],
+        None,
+    );
+    assert!(stderr.contains("limit of 1048576 bytes"), "{stderr}");
+}
+
+/// F8: a byte-order mark and lone-CR line endings are a valid trace.
+#[test]
+fn byte_order_marks_and_lone_cr_line_endings_are_accepted() {
+    let path =
+        std::env::temp_dir().join(format!("wgpool-replay-cli-{}-bom.csv", std::process::id()));
+    std::fs::write(
+        &path,
+        "\u{feff}action,id,size,stream\ralloc,1,1000,0\rfree,1,1000,0\r",
+    )
+    .unwrap();
+    let trace = TraceFile(path);
+    let report = replay_json(&trace, Some("policy:pytorch"), &[]);
+    assert_eq!(u(&report, "ops"), 2);
+    assert_eq!(u(&report, "peak_reserved_bytes"), 2 * MIB);
+}
+
+/// F9: replay has no device, so a too-large request names the engine's limit.
+#[test]
+fn a_too_large_request_in_replay_names_the_engine_limit() {
+    let trace = TraceFile::new("alloc,1,4398046511104,0\n");
+    let stderr = bad_input(&["replay", trace.0.to_str().unwrap()], None);
+    assert!(!stderr.contains("max_buffer_size"), "{stderr}");
+    assert!(stderr.contains("engine's largest segment"), "{stderr}");
+    assert!(stderr.contains("line 2"), "{stderr}");
+}
+
+#[test]
+fn a_pytorch_snapshot_replays_from_the_command_line() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/torch-snapshot-small.pickle"
+    );
+    let out = wgpool(
+        &["replay", path, "--json", "--conf", "policy:pytorch"],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["format"], "pytorch-snapshot");
+    assert_eq!(u(&report, "ops"), 6);
+    // Live peak: 1 MiB + 3000 + 1000 before the 1 MiB free, then 3000 + 1000 + 5 MiB.
+    assert_eq!(u(&report, "peak_live_bytes"), 5 * MIB + 4000);
+}

@@ -1,17 +1,21 @@
-//! `wgpool replay FILE [--conf STR] [--json]`.
+//! `wgpool replay FILE [--conf STR] [--json] ...`: a trace in any supported format through
+//! the placement engine.
 
 use std::path::PathBuf;
 
 use clap::Args;
 use wgpool::config::Config;
 use wgpool::format::bytes;
-use wgpool::trace::{ReplayOptions, parse_trace, replay};
+use wgpool::trace::{
+    DEFAULT_MAX_INPUT_BYTES, ReadOptions, ReplayOptions, ReplayReport, read_trace, replay,
+};
 
-use super::Failure;
+use super::{Failure, output};
 
 #[derive(Args)]
 pub struct ReplayArgs {
-    /// Trace file in the `action,id,size,stream` CSV format.
+    /// Trace file: wgpool's `action,id,size,stream` CSV, RMM's logging_resource_adaptor CSV,
+    /// or a PyTorch memory snapshot pickle (told apart by content).
     file: PathBuf,
     /// Configuration in WGPOOL_CONF syntax; defaults to the WGPOOL_CONF environment variable.
     #[arg(long)]
@@ -25,6 +29,22 @@ pub struct ReplayArgs {
     /// Check the engine's invariants after every operation (slow).
     #[arg(long)]
     check: bool,
+    /// Refuse inputs larger than this many MiB (default 4096).
+    #[arg(long, value_name = "MIB")]
+    max_input_mb: Option<u64>,
+    /// For a PyTorch snapshot with allocations on several devices: the device to replay.
+    #[arg(long, value_name = "N")]
+    trace_device: Option<usize>,
+}
+
+/// `mb` MiB in bytes, or a message naming the option and the largest value it takes.
+pub fn mib_to_bytes(mb: u64, option: &str) -> Result<u64, Failure> {
+    mb.checked_mul(1 << 20).ok_or_else(|| {
+        Failure::bad_input(format!(
+            "{option} {mb}: at most {} MiB (16 EiB) can be expressed in bytes",
+            u64::MAX >> 20
+        ))
+    })
 }
 
 pub fn run(args: ReplayArgs) -> Result<(), Failure> {
@@ -33,54 +53,75 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         None => Config::from_env(),
     }
     .map_err(Failure::bad_input)?;
-    let text = std::fs::read_to_string(&args.file)
-        .map_err(|e| Failure::bad_input(format!("cannot read {}: {e}", args.file.display())))?;
-    let trace = parse_trace(&text)
+    let device_memory = args
+        .device_memory_mb
+        .map(|mb| mib_to_bytes(mb, "--device-memory-mb"))
+        .transpose()?;
+    let max_bytes = match args.max_input_mb {
+        Some(mb) => mib_to_bytes(mb, "--max-input-mb")?,
+        None => DEFAULT_MAX_INPUT_BYTES,
+    };
+    let read = ReadOptions::default()
+        .with_max_bytes(max_bytes)
+        .with_device(args.trace_device);
+    let trace = read_trace(&args.file, &read)
         .map_err(|e| Failure::bad_input(format!("{}: {e}", args.file.display())))?;
     let options = ReplayOptions::default()
-        .with_device_memory(args.device_memory_mb.map(|mb| mb << 20))
+        .with_device_memory(device_memory)
         .with_check_every_op(args.check);
     let report = replay(&trace, &config, &options).map_err(Failure::bad_input)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("report serializes")
-        );
-    } else {
-        let conf = if report.conf.is_empty() {
-            "(defaults)".to_string()
-        } else {
-            report.conf.clone()
-        };
-        println!("trace              {}", args.file.display());
-        println!("conf               {conf}  (policy:{})", report.policy);
-        println!("ops                {}", report.ops);
-        println!(
-            "peak live          {} ({} B)",
-            bytes(report.peak_live_bytes),
-            report.peak_live_bytes
-        );
-        println!(
-            "peak reserved      {} ({} B)",
-            bytes(report.peak_reserved_bytes),
-            report.peak_reserved_bytes
-        );
-        println!("reserved / live    {:.4}", report.ratio);
-        println!(
-            "segments created   {} ({}, {:.2}x peak live)",
-            report.segments_created,
-            bytes(report.segment_bytes_created),
-            report.churn
-        );
-        println!("segments released  {}", report.segments_released);
-        println!(
-            "alloc retries      {}   out-of-memory: {}",
-            report.num_alloc_retries, report.num_ooms
-        );
-        println!(
-            "engine time        {:.1} ns/op (fastest of {} runs; median {:.1})",
-            report.ns_per_op, report.timed_runs, report.ns_per_op_median
-        );
+        let json = serde_json::to_string_pretty(&report).map_err(|e| Failure {
+            message: format!("cannot encode the report: {e}"),
+            exit_code: 1,
+        })?;
+        return output::println(&json);
     }
-    Ok(())
+    output::print(&text_report(&args.file, trace.format.name(), &report))
+}
+
+fn text_report(file: &std::path::Path, format: &str, report: &ReplayReport) -> String {
+    let conf = if report.conf.is_empty() {
+        "(defaults)".to_string()
+    } else {
+        report.conf.clone()
+    };
+    let mut out = String::new();
+    let mut line = |text: String| {
+        out.push_str(&text);
+        out.push('\n');
+    };
+    line(format!("trace              {} ({format})", file.display()));
+    line(format!(
+        "conf               {conf}  (policy:{})",
+        report.policy
+    ));
+    line(format!("ops                {}", report.ops));
+    line(format!(
+        "peak live          {} ({} B)",
+        bytes(report.peak_live_bytes),
+        report.peak_live_bytes
+    ));
+    line(format!(
+        "peak reserved      {} ({} B)",
+        bytes(report.peak_reserved_bytes),
+        report.peak_reserved_bytes
+    ));
+    line(format!("reserved / live    {:.4}", report.ratio));
+    line(format!(
+        "segments created   {} ({}, {:.2}x peak live)",
+        report.segments_created,
+        bytes(report.segment_bytes_created),
+        report.churn
+    ));
+    line(format!("segments released  {}", report.segments_released));
+    line(format!(
+        "alloc retries      {}   out-of-memory: {}",
+        report.num_alloc_retries, report.num_ooms
+    ));
+    line(format!(
+        "engine time        {:.1} ns/op (fastest of {} runs; median {:.1})",
+        report.ns_per_op, report.timed_runs, report.ns_per_op_median
+    ));
+    out
 }

@@ -135,9 +135,10 @@ pub enum AllocError {
     /// A request above the largest block the engine can serve: the largest segment its
     /// source can create, rounded down to 512 B. A request of exactly that size is served.
     #[error(
-        "requested {} ({requested} bytes), above the largest block this engine can serve, {} ({max} bytes: the largest segment its source can create, for a wgpu pool the device's max_buffer_size, rounded down to 512 B)",
+        "requested {} ({requested} bytes), above the largest block this engine can serve, {} ({max} bytes: {})",
         bytes(*requested),
-        bytes(*max)
+        bytes(*max),
+        limit_source(*max)
     )]
     TooLarge {
         /// The caller's size (or its rounded size, if only that is too large).
@@ -164,6 +165,16 @@ pub enum EngineError {
     /// The configuration holds a value the engine cannot represent.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+}
+
+/// Where a largest-block limit comes from: the engine's own bound on segments, or (below it)
+/// the device's `max_buffer_size`.
+fn limit_source(max: u64) -> &'static str {
+    if max >= super::MAX_SEGMENT_SIZE {
+        "the engine's largest segment"
+    } else {
+        "the largest segment its source can create, for a wgpu pool the device's max_buffer_size, rounded down to 512 B"
+    }
 }
 
 /// Why a free failed. The engine is unchanged.

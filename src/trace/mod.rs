@@ -1,8 +1,23 @@
-//! Allocation traces: parsing the `shared/traces` CSV format and replaying it through the
-//! engine.
+//! Allocation traces: reading them (wgpool's CSV, RMM's log, PyTorch snapshot pickles) and
+//! replaying them through the engine.
 
+mod builder;
+mod error;
+mod input;
+mod lines;
+mod ops;
 mod parse;
+mod pickle_node;
 mod replay;
+mod rmm;
+mod torch_snapshot;
 
-pub use parse::{HEADER, Trace, TraceError, TraceOp, parse_trace};
+pub use error::{EXCERPT_CHARS, Position, TraceError, excerpt};
+pub use input::{DEFAULT_MAX_INPUT_BYTES, ReadOptions, detect_format, read_trace, read_trace_from};
+pub use lines::MAX_LINE_BYTES;
+pub use ops::{Trace, TraceFormat, TraceOp};
+pub use parse::{HEADER, parse_trace, read_wgpool_csv};
+pub use pickle_node::MAX_DEPTH as MAX_PICKLE_DEPTH;
 pub use replay::{ReplayOptions, ReplayReport, replay};
+pub use rmm::{RMM_HEADER, read_rmm_csv};
+pub use torch_snapshot::read_torch_snapshot;

@@ -1,138 +1,96 @@
-//! Reading allocation traces: `action,id,size,stream` rows, as in `shared/traces`.
+//! Reading wgpool's own CSV: `action,id,size,stream` rows, as in `shared/traces`.
 
-use std::collections::HashMap;
+use std::io::BufRead;
 
-use thiserror::Error;
+use super::builder::TraceBuilder;
+use super::error::{Position, TraceError, excerpt};
+use super::lines::Lines;
+use super::{Trace, TraceFormat};
 
 /// The header line a trace starts with.
 pub const HEADER: &str = "action,id,size,stream";
 
-/// A trace that cannot be replayed, with the 1-based line where the problem is.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("trace line {line}: {message}")]
-pub struct TraceError {
-    /// 1-based line number in the file.
-    pub line: usize,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-/// One trace operation, with ids resolved to dense slots so replay needs no hashing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TraceOp {
-    /// Allocate `size` bytes on `stream` into `slot`.
-    Alloc {
-        /// Dense index of the live id; reused after the id's free.
-        slot: u32,
-        /// Bytes asked for; zero means PyTorch's null allocation, which holds no memory.
-        size: u64,
-        /// The stream, numbered densely from 0 in order of first appearance.
-        stream: u32,
-    },
-    /// Free the block in `slot`.
-    Free {
-        /// The slot of the id being freed.
-        slot: u32,
-    },
-}
-
-/// A parsed, validated trace.
-#[derive(Debug, Clone, Default)]
-pub struct Trace {
-    /// The operations in file order.
-    pub ops: Vec<TraceOp>,
-    /// How many slots replay needs (the most ids live at once).
-    pub slots: usize,
-    /// Line number of each op, for error messages during replay.
-    pub lines: Vec<usize>,
-}
-
-fn field<'a>(
+/// The next comma-separated field of a row, trimmed.
+pub(crate) fn field<'a>(
     fields: &mut impl Iterator<Item = &'a str>,
     name: &str,
     line: usize,
+    header: &str,
 ) -> Result<&'a str, TraceError> {
-    fields.next().map(str::trim).ok_or_else(|| TraceError {
-        line,
-        message: format!("missing the `{name}` field; rows have the form {HEADER}"),
+    fields.next().map(str::trim).ok_or_else(|| {
+        TraceError::at(
+            Position::Line(line),
+            format!("missing the `{name}` field; rows have the form {header}"),
+        )
     })
 }
 
-fn number<T: std::str::FromStr>(text: &str, name: &str, line: usize) -> Result<T, TraceError> {
-    text.parse::<T>().map_err(|_| TraceError {
-        line,
-        message: format!("`{name}` is `{text}`, which is not a non-negative integer"),
+/// A field that must be a non-negative decimal integer.
+pub(crate) fn number(text: &str, name: &str, line: usize) -> Result<u64, TraceError> {
+    text.parse::<u64>().map_err(|_| {
+        TraceError::at(
+            Position::Line(line),
+            format!(
+                "`{name}` is `{}`, which is not a non-negative integer",
+                excerpt(text)
+            ),
+        )
     })
 }
 
-/// Parses and validates a whole trace. Every id must be allocated before it is freed, and
-/// not allocated again while live. The header line is optional; blank lines are skipped.
+/// Whether `row` is a header: the same column names, whatever the case and spaces.
+pub(crate) fn is_header(row: &str, header: &str) -> bool {
+    row.chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .eq_ignore_ascii_case(header)
+}
+
+/// Parses and validates a whole trace held in memory. See [`read_wgpool_csv`].
 pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
-    let mut trace = Trace::default();
-    let mut live: HashMap<u64, u32> = HashMap::new();
-    let mut free_slots: Vec<u32> = Vec::new();
-    // Traces may name streams by their handles (pointers); the engine wants small numbers.
-    let mut streams: HashMap<u64, u32> = HashMap::new();
-    for (index, raw) in text.lines().enumerate() {
-        let line = index + 1;
+    read_wgpool_csv(text.as_bytes(), u64::MAX)
+}
+
+/// Reads a wgpool CSV trace from a stream of at most `max_bytes` bytes. Every id must be
+/// allocated before it is freed, and not allocated again while live. The header line is
+/// optional; blank lines are skipped; lines may end in `\n`, `\r\n` or `\r`, and a UTF-8
+/// byte-order mark is skipped.
+pub fn read_wgpool_csv(reader: impl BufRead, max_bytes: u64) -> Result<Trace, TraceError> {
+    let mut builder = TraceBuilder::new(TraceFormat::WgpoolCsv);
+    let mut lines = Lines::new(reader, max_bytes);
+    while let Some((line, raw)) = lines.next_line()? {
         let row = raw.trim();
-        if row.is_empty() || (line == 1 && row.replace(' ', "") == HEADER) {
+        if row.is_empty() || (line == 1 && is_header(row, HEADER)) {
             continue;
         }
         let mut fields = row.split(',');
-        let action = field(&mut fields, "action", line)?;
-        let id: u64 = number(field(&mut fields, "id", line)?, "id", line)?;
-        let size: u64 = number(field(&mut fields, "size", line)?, "size", line)?;
-        let raw_stream: u64 = number(field(&mut fields, "stream", line)?, "stream", line)?;
+        let action = field(&mut fields, "action", line, HEADER)?;
+        let id = number(field(&mut fields, "id", line, HEADER)?, "id", line)?;
+        let size = number(field(&mut fields, "size", line, HEADER)?, "size", line)?;
+        let stream = number(field(&mut fields, "stream", line, HEADER)?, "stream", line)?;
         if fields.next().is_some() {
-            return Err(TraceError {
-                line,
-                message: format!("too many fields; rows have the form {HEADER}"),
-            });
+            return Err(TraceError::at(
+                Position::Line(line),
+                format!("too many fields; rows have the form {HEADER}"),
+            ));
         }
-        let op = match action {
-            "alloc" => {
-                if live.contains_key(&id) {
-                    return Err(TraceError {
-                        line,
-                        message: format!("id {id} is allocated again while still live"),
-                    });
-                }
-                let slot = free_slots.pop().unwrap_or_else(|| {
-                    trace.slots += 1;
-                    (trace.slots - 1) as u32
-                });
-                live.insert(id, slot);
-                let next = streams.len() as u32;
-                let stream = *streams.entry(raw_stream).or_insert(next);
-                TraceOp::Alloc { slot, size, stream }
-            }
-            "free" => {
-                let Some(slot) = live.remove(&id) else {
-                    return Err(TraceError {
-                        line,
-                        message: format!("free of id {id}, which is not live"),
-                    });
-                };
-                free_slots.push(slot);
-                TraceOp::Free { slot }
-            }
-            other => {
-                return Err(TraceError {
-                    line,
-                    message: format!("unknown action `{other}`; expected `alloc` or `free`"),
-                });
-            }
+        let done = match action {
+            "alloc" => builder.alloc(id, size, stream, line),
+            "free" => builder.free(id, line),
+            other => Err(format!(
+                "unknown action `{}`; expected `alloc` or `free`",
+                excerpt(other)
+            )),
         };
-        trace.ops.push(op);
-        trace.lines.push(line);
+        done.map_err(|message| TraceError::at(Position::Line(line), message))?;
     }
-    Ok(trace)
+    Ok(builder.finish())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::TraceOp;
 
     #[test]
     fn parses_and_reuses_slots() {
@@ -147,24 +105,56 @@ mod tests {
                 stream: 1
             }
         );
-        assert_eq!(t.lines, vec![2, 3, 4]);
+        assert_eq!(t.positions, vec![2, 3, 4]);
+        assert_eq!(t.position(0), Position::Line(2));
     }
 
     #[test]
     fn errors_name_the_line() {
+        let line = |e: &TraceError| match e.position() {
+            Some(Position::Line(n)) => n,
+            other => panic!("{other:?}"),
+        };
         let e = parse_trace("action,id,size,stream\nalloc,1,10,0\nfree,2,10,0\n").unwrap_err();
-        assert_eq!(e.line, 3);
-        assert!(e.message.contains("not live"), "{e}");
+        assert_eq!(line(&e), 3);
+        assert!(e.to_string().contains("not live"), "{e}");
         let e = parse_trace("alloc,1,ten,0\n").unwrap_err();
-        assert_eq!(e.line, 1);
+        assert_eq!(line(&e), 1);
         assert!(e.to_string().contains("`size` is `ten`"), "{e}");
         let e = parse_trace("alloc,1,10\n").unwrap_err();
-        assert!(e.message.contains("missing the `stream` field"), "{e}");
+        assert!(e.to_string().contains("missing the `stream` field"), "{e}");
         let e = parse_trace("alloc,1,10,0\nalloc,1,10,0\n").unwrap_err();
-        assert_eq!(e.line, 2);
+        assert_eq!(line(&e), 2);
         let e = parse_trace("malloc,1,10,0\n").unwrap_err();
-        assert!(e.message.contains("unknown action"), "{e}");
+        assert!(e.to_string().contains("unknown action"), "{e}");
         let e = parse_trace("alloc,1,10,0,9\n").unwrap_err();
-        assert!(e.message.contains("too many fields"), "{e}");
+        assert!(e.to_string().contains("too many fields"), "{e}");
+    }
+
+    /// F8: a byte-order mark and lone-CR line endings are a valid trace, not "`id` is `id`".
+    #[test]
+    fn a_byte_order_mark_and_lone_cr_endings_are_accepted() {
+        for text in [
+            "\u{feff}action,id,size,stream\nalloc,1,10,0\nfree,1,10,0\n",
+            "action,id,size,stream\ralloc,1,10,0\rfree,1,10,0\r",
+            "\u{feff}action,id,size,stream\r\nalloc,1,10,0\r\nfree,1,10,0",
+        ] {
+            let t = parse_trace(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(t.ops.len(), 2, "{text:?}");
+        }
+    }
+
+    /// F7: a huge field gives a short message.
+    #[test]
+    fn a_huge_field_gives_a_bounded_message() {
+        let text = format!("alloc,1,{},0\n", "9".repeat(60_000));
+        let e = parse_trace(&text).unwrap_err().to_string();
+        assert!(
+            e.len() < 300,
+            "{} bytes: {}",
+            e.len(),
+            &e[..300.min(e.len())]
+        );
+        assert!(e.contains("`size`"), "{e}");
     }
 }

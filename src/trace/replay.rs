@@ -4,13 +4,15 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::parse::{Trace, TraceOp};
+use super::{Trace, TraceOp};
 use crate::config::Config;
 use crate::engine::{AllocError, BlockId, Engine, EngineLimits, VirtualSegments};
 
 /// What a replay measured. Serialized as `wgpool replay --json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReplayReport {
+    /// The input's format: `wgpool-csv`, `rmm-csv` or `pytorch-snapshot`.
+    pub format: &'static str,
     /// The configuration, in `WGPOOL_CONF` syntax (empty for the defaults).
     pub conf: String,
     /// The policy that ran.
@@ -128,7 +130,7 @@ fn run_once(trace: &Trace, config: &Config, options: &ReplayOptions) -> Result<R
                         peak_live = peak_live.max(live);
                     }
                     Err(AllocError::OutOfMemory(_)) => {}
-                    Err(e) => return Err(format!("trace line {}: {e}", trace.lines[i])),
+                    Err(e) => return Err(format!("{}: {e}", trace.position(i))),
                 }
             }
             TraceOp::Free { slot } => {
@@ -141,7 +143,7 @@ fn run_once(trace: &Trace, config: &Config, options: &ReplayOptions) -> Result<R
         if options.check_every_op {
             engine
                 .check_invariants()
-                .map_err(|e| format!("after trace line {}: {e}", trace.lines[i]))?;
+                .map_err(|e| format!("after {}: {e}", trace.position(i)))?;
         }
     }
     let elapsed_ns = start.elapsed().as_nanos();
@@ -208,6 +210,7 @@ pub fn replay(
         }
     };
     Ok(ReplayReport {
+        format: trace.format.name(),
         conf: config.to_conf_string(),
         policy: config.policy.name(),
         ops,
