@@ -72,6 +72,7 @@ pub mod config;
 pub mod engine;
 pub mod format;
 pub mod gpu;
+pub mod history;
 pub mod kernels;
 pub mod pool;
 pub mod staging;

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use clap::Args;
 use wgpool::config::Config;
 use wgpool::format::bytes;
+use wgpool::history::{ReplayRecorder, write_torch_snapshot};
 use wgpool::trace::{
     DEFAULT_MAX_INPUT_BYTES, ReadOptions, ReplayOptions, ReplayReport, read_trace, replay,
+    replay_observed,
 };
 
 use super::{Failure, output};
@@ -35,7 +37,17 @@ pub struct ReplayArgs {
     /// For a PyTorch snapshot with allocations on several devices: the device to replay.
     #[arg(long, value_name = "N")]
     trace_device: Option<usize>,
+    /// Write the replay's history and final layout as a PyTorch memory snapshot pickle,
+    /// which torch.cuda._memory_viz and the memory_viz page read.
+    #[arg(long, value_name = "FILE")]
+    snapshot: Option<PathBuf>,
+    /// Most events the snapshot keeps (the latest; default 1000000).
+    #[arg(long, value_name = "N")]
+    history_entries: Option<usize>,
 }
+
+/// Default of `--history-entries`.
+const DEFAULT_HISTORY_ENTRIES: usize = 1_000_000;
 
 /// `mb` MiB in bytes, or a message naming the option and the largest value it takes.
 pub fn mib_to_bytes(mb: u64, option: &str) -> Result<u64, Failure> {
@@ -69,7 +81,28 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     let options = ReplayOptions::default()
         .with_device_memory(device_memory)
         .with_check_every_op(args.check);
-    let report = replay(&trace, &config, &options).map_err(Failure::bad_input)?;
+    let recording = args.snapshot.is_some();
+    let mut recorder = ReplayRecorder::new(
+        if recording {
+            args.history_entries.unwrap_or(DEFAULT_HISTORY_ENTRIES)
+        } else {
+            0
+        },
+        trace.ops.len(),
+    );
+    let report = if recording {
+        replay_observed(&trace, &config, &options, &mut recorder)
+    } else {
+        replay(&trace, &config, &options)
+    }
+    .map_err(Failure::bad_input)?;
+    if let Some(path) = &args.snapshot {
+        let snapshot = recorder.torch_snapshot(&report.conf);
+        write_torch_snapshot(path, &snapshot).map_err(|e| Failure {
+            message: e.to_string(),
+            exit_code: 1,
+        })?;
+    }
     if args.json {
         let json = serde_json::to_string_pretty(&report).map_err(|e| Failure {
             message: format!("cannot encode the report: {e}"),

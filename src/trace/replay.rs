@@ -4,9 +4,13 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::observe::ReplayObserver;
 use super::{Trace, TraceOp};
 use crate::config::Config;
-use crate::engine::{AllocError, BlockId, Engine, EngineLimits, VirtualSegments};
+use crate::engine::{
+    AllocError, BlockId, Engine, EngineLimits, SegmentId, SegmentKind, SegmentSource, SourceError,
+    VirtualSegments,
+};
 
 /// What a replay measured. Serialized as `wgpool replay --json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -107,13 +111,49 @@ struct RunResult {
     elapsed_ns: u128,
 }
 
-fn run_once(trace: &Trace, config: &Config, options: &ReplayOptions) -> Result<RunResult, String> {
+/// A segment source that tells an observer what the engine creates and releases.
+struct Observed<'a, S, O> {
+    source: S,
+    observer: &'a mut O,
+}
+
+impl<S: SegmentSource, O: ReplayObserver> SegmentSource for Observed<'_, S, O> {
+    fn create_segment(
+        &mut self,
+        id: SegmentId,
+        size: u64,
+        pool: SegmentKind,
+    ) -> Result<(), SourceError> {
+        self.source.create_segment(id, size, pool)?;
+        if O::ACTIVE {
+            self.observer.on_segment_create(id, size, pool);
+        }
+        Ok(())
+    }
+
+    fn release_segment(&mut self, id: SegmentId, size: u64) {
+        if O::ACTIVE {
+            self.observer.on_segment_release(id, size);
+        }
+        self.source.release_segment(id, size);
+    }
+}
+
+fn run_once<O: ReplayObserver>(
+    trace: &Trace,
+    config: &Config,
+    options: &ReplayOptions,
+    observer: &mut O,
+) -> Result<RunResult, String> {
     let limits = EngineLimits::unlimited().with_device_memory(options.device_memory);
     let mut engine = Engine::new(config.clone(), limits).map_err(|e| e.to_string())?;
     // Free pieces of split segments add records beyond the live blocks.
     engine.reserve_blocks(2 * trace.slots + 64);
-    let mut device = VirtualSegments::unlimited();
-    let mut slots: Vec<Option<(BlockId, u64)>> = vec![None; trace.slots];
+    let mut device = Observed {
+        source: VirtualSegments::unlimited(),
+        observer,
+    };
+    let mut slots: Vec<Option<(BlockId, u64, u32)>> = vec![None; trace.slots];
     let mut live: u64 = 0;
     let mut peak_live: u64 = 0;
     let start = Instant::now();
@@ -123,22 +163,40 @@ fn run_once(trace: &Trace, config: &Config, options: &ReplayOptions) -> Result<R
                 if size == 0 {
                     continue;
                 }
+                if O::ACTIVE {
+                    device.observer.before_alloc(i, size, stream);
+                }
                 match engine.allocate(size, stream, &mut device) {
                     Ok(a) => {
-                        slots[slot as usize] = Some((a.block, size));
+                        slots[slot as usize] = Some((a.block, size, stream));
                         live += size;
                         peak_live = peak_live.max(live);
+                        if O::ACTIVE {
+                            device.observer.on_alloc(i, &a, stream);
+                        }
                     }
-                    Err(AllocError::OutOfMemory(_)) => {}
+                    Err(AllocError::OutOfMemory(_)) => {
+                        if O::ACTIVE {
+                            device.observer.on_oom(i, size, stream);
+                        }
+                    }
                     Err(e) => return Err(format!("{}: {e}", trace.position(i))),
                 }
             }
             TraceOp::Free { slot } => {
-                if let Some((block, size)) = slots[slot as usize].take() {
+                if let Some((block, size, stream)) = slots[slot as usize].take() {
                     live -= size;
+                    if O::ACTIVE
+                        && let Some(a) = engine.allocation(block)
+                    {
+                        device.observer.on_free(i, &a, stream);
+                    }
                     engine.free(block, &mut device).map_err(|e| e.to_string())?;
                 }
             }
+        }
+        if O::ACTIVE {
+            device.observer.after_op(i, &engine, live);
         }
         if options.check_every_op {
             engine
@@ -147,6 +205,9 @@ fn run_once(trace: &Trace, config: &Config, options: &ReplayOptions) -> Result<R
         }
     }
     let elapsed_ns = start.elapsed().as_nanos();
+    if O::ACTIVE {
+        device.observer.finish(&engine);
+    }
     Ok(RunResult {
         engine,
         peak_live,
@@ -170,7 +231,18 @@ pub fn replay(
     config: &Config,
     options: &ReplayOptions,
 ) -> Result<ReplayReport, String> {
-    let first = run_once(trace, config, options)?;
+    replay_observed(trace, config, options, &mut ())
+}
+
+/// [`replay`], with `observer` watching the first run (the one the memory figures come
+/// from).
+pub fn replay_observed<O: ReplayObserver>(
+    trace: &Trace,
+    config: &Config,
+    options: &ReplayOptions,
+    observer: &mut O,
+) -> Result<ReplayReport, String> {
+    let first = run_once(trace, config, options, observer)?;
     let timing_options = ReplayOptions {
         check_every_op: false,
         ..*options
@@ -183,7 +255,7 @@ pub fn replay(
     let budget = Instant::now();
     while times.len() < options.min_timed_runs.max(1) as usize || budget.elapsed().as_millis() < 200
     {
-        times.push(run_once(trace, config, &timing_options)?.elapsed_ns);
+        times.push(run_once(trace, config, &timing_options, &mut ())?.elapsed_ns);
         if times.len() > 1000 {
             break;
         }

@@ -1,0 +1,28 @@
+//! Memory history: a bounded record of allocator events, and snapshots of it in the layout of
+//! PyTorch's `torch.cuda.memory._dump_snapshot`, which PyTorch's `_memory_viz` reads.
+//!
+//! ```
+//! use wgpool::history::{Action, Event, History};
+//!
+//! let mut history = History::with_capacity(2);
+//! for addr in [0x1000, 0x2000, 0x3000] {
+//!     history.record(Event::new(Action::Alloc, addr, 512, 0, 0));
+//! }
+//! // The oldest event made room for the newest.
+//! assert_eq!(history.len(), 2);
+//! assert_eq!(history.dropped(), 1);
+//! assert_eq!(history.events().next().unwrap().addr, 0x2000);
+//! ```
+
+mod event;
+mod recorder;
+mod ring;
+mod torch;
+
+pub use event::{Action, Event};
+pub use recorder::{MemorySample, ReplayRecorder};
+pub use ring::History;
+pub use torch::{
+    AllocatorSettings, Frame, SegmentPlacement, SnapshotBlock, SnapshotError, SnapshotSegment,
+    TorchSnapshot, TraceEntry, write_torch_snapshot,
+};
