@@ -109,6 +109,20 @@ impl ReplayRecorder {
             .map_or(0, |base| base + allocation.offset)
     }
 
+    fn record_runs(&mut self, action: Action, id: SegmentId, runs: &[std::ops::Range<u64>]) {
+        let base = self.addresses.get(&id).copied().unwrap_or(0);
+        let stream = self.streams.get(&id).copied().unwrap_or(0);
+        for run in runs {
+            self.history.record(Event::new(
+                action,
+                base + run.start,
+                run.end - run.start,
+                stream,
+                self.op,
+            ));
+        }
+    }
+
     fn sample_mut(&mut self, op: u64) -> &mut MemorySample {
         let start = op / self.bucket * self.bucket;
         if self.samples.last().is_none_or(|s| s.op != start) {
@@ -180,6 +194,26 @@ impl ReplayObserver for ReplayRecorder {
         self.sample_mut(op).segments_released += 1;
         self.history
             .record(Event::new(Action::SegmentFree, addr, size, stream, op));
+    }
+
+    fn on_range_reserve(&mut self, id: SegmentId, size: u64, _kind: SegmentKind) {
+        let addr = self.next_address;
+        self.next_address += size.div_ceil(SEGMENT_ALIGN) * SEGMENT_ALIGN;
+        self.addresses.insert(id, addr);
+        self.streams.insert(id, self.stream);
+    }
+
+    fn on_range_release(&mut self, id: SegmentId, _size: u64) {
+        self.addresses.remove(&id);
+        self.streams.remove(&id);
+    }
+
+    fn on_map(&mut self, id: SegmentId, runs: &[std::ops::Range<u64>]) {
+        self.record_runs(Action::SegmentMap, id, runs);
+    }
+
+    fn on_unmap(&mut self, id: SegmentId, runs: &[std::ops::Range<u64>]) {
+        self.record_runs(Action::SegmentUnmap, id, runs);
     }
 
     fn after_op(&mut self, op: usize, engine: &Engine, live: u64) {

@@ -4,13 +4,10 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::observe::ReplayObserver;
+use super::observe::{Observed, ReplayObserver};
 use super::{Trace, TraceOp};
 use crate::config::Config;
-use crate::engine::{
-    AllocError, BlockId, Engine, EngineLimits, SegmentId, SegmentKind, SegmentSource, SourceError,
-    VirtualSegments,
-};
+use crate::engine::{AllocError, BlockId, Engine, EngineLimits, VirtualSegments};
 
 /// What a replay measured. Serialized as `wgpool replay --json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -109,34 +106,6 @@ struct RunResult {
     engine: Engine,
     peak_live: u64,
     elapsed_ns: u128,
-}
-
-/// A segment source that tells an observer what the engine creates and releases.
-struct Observed<'a, S, O> {
-    source: S,
-    observer: &'a mut O,
-}
-
-impl<S: SegmentSource, O: ReplayObserver> SegmentSource for Observed<'_, S, O> {
-    fn create_segment(
-        &mut self,
-        id: SegmentId,
-        size: u64,
-        pool: SegmentKind,
-    ) -> Result<(), SourceError> {
-        self.source.create_segment(id, size, pool)?;
-        if O::ACTIVE {
-            self.observer.on_segment_create(id, size, pool);
-        }
-        Ok(())
-    }
-
-    fn release_segment(&mut self, id: SegmentId, size: u64) {
-        if O::ACTIVE {
-            self.observer.on_segment_release(id, size);
-        }
-        self.source.release_segment(id, size);
-    }
 }
 
 fn run_once<O: ReplayObserver>(
