@@ -74,6 +74,8 @@ pub mod format;
 pub mod gpu;
 pub mod history;
 pub mod kernels;
+pub mod monitor;
+pub mod plot;
 pub mod pool;
 pub mod staging;
 pub mod trace;

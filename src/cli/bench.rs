@@ -10,7 +10,8 @@ use wgpool::bench::{
 use wgpool::gpu::{GpuContext, GpuError, HeadlessOptions};
 use wgpool::kernels::{Kernel, KernelError, KernelOptions};
 
-use super::Failure;
+use super::{Failure, output};
+use wgpool::plot::{Bar, BarGroup, BarPanel};
 
 /// Block size of the allocation-latency measurement: a large-pool block.
 const ALLOC_BENCH_BYTES: u64 = 4 << 20;
@@ -58,6 +59,9 @@ pub struct BenchArgs {
     /// triad_f32, copy_f16, triad_f16, fill_u32, fill_pattern_u32, checksum_u32, compare_u32).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     kernels: Option<Vec<String>>,
+    /// Draw the kernel, move and transfer rates by placement as an SVG picture.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<std::path::PathBuf>,
     /// Most workgroups per dispatch (default: the device's limit); the grid-stride loop
     /// covers the rest.
     #[arg(long, value_name = "N")]
@@ -224,24 +228,35 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     report.transfers = transfers
         .as_ref()
         .map(|t| serde_json::to_value(t).expect("transfer report serializes"));
+    if let Some(path) = &args.plot {
+        let panels = plot_panels(&report, transfers.as_ref());
+        wgpool::plot::render_bars_svg(&panels)
+            .and_then(|svg| wgpool::plot::write_svg(path, &svg))
+            .map_err(|e| Failure {
+                message: e.to_string(),
+                exit_code: 1,
+            })?;
+    }
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("report serializes")
-        );
+        let json = serde_json::to_string_pretty(&report).map_err(|e| Failure {
+            message: format!("cannot encode the report: {e}"),
+            exit_code: 1,
+        })?;
+        output::println(&json)?;
     } else {
-        print!("{}", table::render(&report));
-        println!(
-            "\nalloc + free of a cached {} block: pool {:.0} ns, create_buffer + drop {:.0} ns ({:.0} ns without the deferred destroy): {:.1}x",
+        let mut text = table::render(&report);
+        text.push_str(&format!(
+            "\nalloc + free of a cached {} block: pool {:.0} ns, create_buffer + drop {:.0} ns ({:.0} ns without the deferred destroy): {:.1}x\n",
             wgpool::format::bytes(alloc.size_bytes),
             alloc.pool_ns,
             alloc.create_buffer_ns,
             alloc.create_buffer_without_destroy_ns,
             alloc.speedup
-        );
+        ));
         if let Some(t) = &transfers {
-            print!("{}", transfers_table(t));
+            text.push_str(&transfers_table(t));
         }
+        output::print(&text)?;
     }
     Ok(())
 }
@@ -300,4 +315,73 @@ fn transfers_table(t: &Transfers) -> String {
         "prefetch", t.prefetch_gbps
     ));
     out
+}
+
+/// The `--plot` panels: kernel rates by placement, in-device moves, and host transfers.
+fn plot_panels(
+    report: &wgpool::bench::BenchReport,
+    transfers: Option<&Transfers>,
+) -> Vec<BarPanel> {
+    let mut kernels: Vec<BarGroup> = Vec::new();
+    for row in &report.kernels {
+        let label = format!("{}_{}", row.name, row.dtype);
+        let bar = Bar {
+            series: row.placement.clone(),
+            value: row.gbps,
+        };
+        match kernels.iter_mut().find(|g| g.label == label) {
+            Some(group) => group.bars.push(bar),
+            None => kernels.push(BarGroup {
+                label,
+                bars: vec![bar],
+            }),
+        }
+    }
+    let one = |label: &str, value: f64| BarGroup {
+        label: label.to_string(),
+        bars: vec![Bar {
+            series: "GB/s".to_string(),
+            value,
+        }],
+    };
+    let m = &report.moves;
+    let mut panels = vec![
+        BarPanel {
+            title: format!(
+                "kernels on {} operands, by placement ({}; read+write GB/s)",
+                wgpool::format::bytes(report.size_bytes),
+                report.adapter.name
+            ),
+            unit: "GB/s".to_string(),
+            groups: kernels,
+        },
+        BarPanel {
+            title: format!("in-device moves of {}", wgpool::format::bytes(m.size_bytes)),
+            unit: "GB/s (read+write)".to_string(),
+            groups: vec![
+                one("copy kernel, two buffers", m.kernel_gbps),
+                one("copy_buffer_to_buffer", m.copy_buffer_gbps),
+                one("copy kernel, one buffer", m.kernel_same_buffer_gbps),
+            ],
+        },
+    ];
+    if let Some(t) = transfers {
+        let mut groups: Vec<BarGroup> = t
+            .staging
+            .rows
+            .iter()
+            .map(|r| one(&r.name, r.gbps))
+            .collect();
+        groups.push(one("offload (device to host)", t.offload_gbps));
+        groups.push(one("prefetch (host to device)", t.prefetch_gbps));
+        panels.push(BarPanel {
+            title: format!(
+                "host transfers of {}",
+                wgpool::format::bytes(t.staging.size_bytes)
+            ),
+            unit: "GB/s".to_string(),
+            groups,
+        });
+    }
+    panels
 }

@@ -8,7 +8,8 @@ use wgpool::gpu::{
     enumerate_adapters,
 };
 
-use super::Failure;
+use super::{Failure, output};
+use wgpool::monitor::MemoryReading;
 
 #[derive(clap::Args)]
 pub struct InfoArgs {
@@ -18,6 +19,16 @@ pub struct InfoArgs {
     /// Only adapters whose name contains this text (case-insensitive).
     #[arg(long, value_name = "NAME")]
     adapter: Option<String>,
+    /// Refresh the memory heaps (budget and usage) every --interval-ms until --count
+    /// reports or Ctrl-C; with --json, one JSON object per line.
+    #[arg(long)]
+    watch: bool,
+    /// With --watch: stop after N reports.
+    #[arg(long, value_name = "N", requires = "watch")]
+    count: Option<u64>,
+    /// With --watch: milliseconds between reports (default 1000).
+    #[arg(long, value_name = "MS", requires = "watch")]
+    interval_ms: Option<u64>,
 }
 
 /// The limits that matter for a memory pool and its kernels.
@@ -173,50 +184,113 @@ pub fn run(args: InfoArgs) -> Result<(), Failure> {
             names.join(", ")
         )));
     }
+    if args.watch {
+        let chosen: Vec<&wgpu::Adapter> = reports.iter().map(|r| &adapters[r.index]).collect();
+        return watch(&chosen, &args);
+    }
     if args.json {
         let report = InfoReport { adapters: reports };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("info serializes")
-        );
-        return Ok(());
+        let json = serde_json::to_string_pretty(&report).map_err(|e| Failure {
+            message: format!("cannot encode the report: {e}"),
+            exit_code: 1,
+        })?;
+        return output::println(&json);
     }
+    let mut text = String::new();
     for (n, report) in reports.iter().enumerate() {
         if n > 0 {
-            println!();
+            text.push('\n');
         }
-        print_adapter(report);
+        text.push_str(&render_adapter(report));
     }
-    Ok(())
+    output::print(&text)
 }
 
-fn print_adapter(r: &AdapterReport) {
+/// `--watch`: the heaps of each chosen adapter, every interval, `--count` times.
+fn watch(adapters: &[&wgpu::Adapter], args: &InfoArgs) -> Result<(), Failure> {
+    let interval = std::time::Duration::from_millis(args.interval_ms.unwrap_or(1000));
+    let mut n = 0u64;
+    loop {
+        let started = std::time::Instant::now();
+        let mut text = String::new();
+        for adapter in adapters {
+            let report = MemoryReading::now(adapter, None);
+            let name = adapter.get_info().name;
+            if args.json {
+                #[derive(Serialize)]
+                struct Line<'a> {
+                    adapter: &'a str,
+                    #[serde(flatten)]
+                    report: &'a MemoryReading,
+                }
+                let line = serde_json::to_string(&Line {
+                    adapter: &name,
+                    report: &report,
+                })
+                .map_err(|e| Failure {
+                    message: format!("cannot encode the report: {e}"),
+                    exit_code: 1,
+                })?;
+                text.push_str(&line);
+                text.push('\n');
+            } else {
+                text.push_str(&format!("[{}] {name}\n", clock(report.unix_ms)));
+                text.push_str(&report.render());
+            }
+        }
+        output::print(&text)?;
+        n += 1;
+        if args.count.is_some_and(|count| n >= count) {
+            return Ok(());
+        }
+        std::thread::sleep(interval.saturating_sub(started.elapsed()));
+    }
+}
+
+/// `HH:MM:SS.mmm` (UTC) of a Unix time in milliseconds.
+fn clock(unix_ms: u64) -> String {
+    let day_ms = unix_ms % 86_400_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day_ms / 3_600_000,
+        day_ms / 60_000 % 60,
+        day_ms / 1000 % 60,
+        day_ms % 1000
+    )
+}
+
+fn render_adapter(r: &AdapterReport) -> String {
+    let mut out = String::new();
+    let mut println = |line: String| {
+        out.push_str(&line);
+        out.push('\n');
+    };
     let s = &r.summary;
-    println!("adapter {}: {}", r.index, s.name);
-    println!("  backend       {}", s.backend);
-    println!("  device type   {}", s.device_type);
-    println!("  driver        {} ({})", s.driver, s.driver_info);
-    println!(
+    println(format!("adapter {}: {}", r.index, s.name));
+    println(format!("  backend       {}", s.backend));
+    println(format!("  device type   {}", s.device_type));
+    println(format!("  driver        {} ({})", s.driver, s.driver_info));
+    println(format!(
         "  vendor/device {:#06x} / {:#06x}",
         r.vendor_id, r.device_id
-    );
-    println!("  limits:");
+    ));
+    println("  limits:".to_string());
     for (name, value) in r.limits.lines() {
-        println!("    {name:<38} {value}");
+        println(format!("    {name:<38} {value}"));
     }
-    println!("  features ({}):", r.features.len());
+    println(format!("  features ({}):", r.features.len()));
     for chunk in r.features.chunks(3) {
-        println!("    {}", chunk.join(", "));
+        println(format!("    {}", chunk.join(", ")));
     }
     match &r.memory {
-        None => println!("  memory heaps: not available on this backend"),
+        None => println("  memory heaps: not available on this backend".to_string()),
         Some(memory) => {
             let budget = if memory.info.budget_supported {
                 "VK_EXT_memory_budget"
             } else {
                 "no budget (VK_EXT_memory_budget not supported)"
             };
-            println!("  memory heaps ({budget}):");
+            println(format!("  memory heaps ({budget}):"));
             for (i, heap) in memory.info.heaps.iter().enumerate() {
                 let mut flags = Vec::new();
                 if heap.device_local {
@@ -233,11 +307,12 @@ fn print_adapter(r: &AdapterReport) {
                 if let (Some(b), Some(u)) = (heap.budget, heap.usage) {
                     line.push_str(&format!("  budget {}  usage {}", bytes(b), bytes(u)));
                 }
-                println!("{line}");
+                println(line);
             }
             if let Some(total) = memory.device_local_bytes {
-                println!("    device-local total: {}", bytes(total));
+                println(format!("    device-local total: {}", bytes(total)));
             }
         }
     }
+    out
 }

@@ -7,6 +7,7 @@ use clap::Args;
 use wgpool::config::Config;
 use wgpool::format::bytes;
 use wgpool::history::{ReplayRecorder, write_torch_snapshot};
+use wgpool::plot::{MemoryCurves, render_memory_svg, write_svg};
 use wgpool::trace::{
     DEFAULT_MAX_INPUT_BYTES, ReadOptions, ReplayOptions, ReplayReport, read_trace, replay,
     replay_observed,
@@ -41,6 +42,10 @@ pub struct ReplayArgs {
     /// which torch.cuda._memory_viz and the memory_viz page read.
     #[arg(long, value_name = "FILE")]
     snapshot: Option<PathBuf>,
+    /// Draw live, allocated and reserved memory over the replay, the peak, and the segments
+    /// created and released, as an SVG picture.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
     /// Most events the snapshot keeps (the latest; default 1000000).
     #[arg(long, value_name = "N")]
     history_entries: Option<usize>,
@@ -81,9 +86,9 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     let options = ReplayOptions::default()
         .with_device_memory(device_memory)
         .with_check_every_op(args.check);
-    let recording = args.snapshot.is_some();
+    let recording = args.snapshot.is_some() || args.plot.is_some();
     let mut recorder = ReplayRecorder::new(
-        if recording {
+        if args.snapshot.is_some() {
             args.history_entries.unwrap_or(DEFAULT_HISTORY_ENTRIES)
         } else {
             0
@@ -102,6 +107,33 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
             message: e.to_string(),
             exit_code: 1,
         })?;
+    }
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "{}: {} (peak reserved / peak live {:.3})",
+            args.file.file_name().map_or_else(
+                || args.file.display().to_string(),
+                |n| n.to_string_lossy().into_owned()
+            ),
+            if report.conf.is_empty() {
+                "defaults"
+            } else {
+                &report.conf
+            },
+            report.ratio
+        );
+        let curves = MemoryCurves {
+            title,
+            samples: recorder.samples(),
+            ops: recorder.ops(),
+            peak_reserved: recorder.peak_reserved(),
+        };
+        render_memory_svg(&curves)
+            .and_then(|svg| write_svg(path, &svg))
+            .map_err(|e| Failure {
+                message: e.to_string(),
+                exit_code: 1,
+            })?;
     }
     if args.json {
         let json = serde_json::to_string_pretty(&report).map_err(|e| Failure {

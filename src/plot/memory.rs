@@ -1,0 +1,161 @@
+//! Memory over a replay: live, allocated and reserved bytes, the peak, and the segments
+//! created and released.
+
+use plotters::prelude::*;
+
+use super::units::byte_unit;
+use super::{PlotError, draw_error};
+use crate::format::bytes;
+use crate::history::MemorySample;
+
+/// What [`render_memory_svg`] draws.
+#[derive(Debug, Clone)]
+pub struct MemoryCurves<'a> {
+    /// The title (trace and configuration).
+    pub title: String,
+    /// Memory over the replay, in operation order.
+    pub samples: &'a [MemorySample],
+    /// Operations in the replay.
+    pub ops: u64,
+    /// Highest reserved bytes, and the operation where it was first reached.
+    pub peak_reserved: (u64, u64),
+}
+
+const WIDTH: u32 = 1200;
+const HEIGHT: u32 = 640;
+const RESERVED: RGBColor = RGBColor(31, 119, 180);
+const ALLOCATED: RGBColor = RGBColor(255, 127, 14);
+const LIVE: RGBColor = RGBColor(44, 160, 44);
+const CREATED: RGBColor = RGBColor(23, 190, 207);
+const RELEASED: RGBColor = RGBColor(214, 39, 40);
+
+/// Draws the curves as an SVG document.
+///
+/// The series are named in the legend (`reserved`, `allocated`, `live (requested)`,
+/// `segments created`, `segments released`), and the peak of reserved memory is marked with
+/// its value.
+pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
+    if curves.samples.is_empty() {
+        return Err(PlotError::Empty("the replay has no operations"));
+    }
+    let max = curves
+        .samples
+        .iter()
+        .map(|s| s.reserved.max(s.allocated).max(s.live))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let (unit, unit_name) = byte_unit(max);
+    let y = |b: u64| b as f64 / unit;
+    let x_end = curves.ops.max(1) as f64;
+    let y_end = y(max) * 1.35;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(draw_error)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(&curves.title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(72)
+            .build_cartesian_2d(0f64..x_end, 0f64..y_end)
+            .map_err(draw_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("operation")
+            .y_desc(format!("memory ({unit_name})"))
+            .axis_desc_style(("sans-serif", 16))
+            .label_style(("sans-serif", 14))
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_label_formatter(&|v| format!("{v:.2}"))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(draw_error)?;
+
+        let points = |f: fn(&MemorySample) -> u64| {
+            curves
+                .samples
+                .iter()
+                .map(move |s| (s.op as f64, y(f(s))))
+                .collect::<Vec<_>>()
+        };
+        for (name, color, f, width) in [
+            (
+                "reserved",
+                RESERVED,
+                (|s| s.reserved) as fn(&MemorySample) -> u64,
+                3,
+            ),
+            ("allocated", ALLOCATED, |s| s.allocated, 2),
+            ("live (requested)", LIVE, |s| s.live, 2),
+        ] {
+            chart
+                .draw_series(LineSeries::new(points(f), color.stroke_width(width)))
+                .map_err(draw_error)?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(width))
+                });
+        }
+
+        // Segments created and released: ticks along the bottom, one per bucket with any.
+        let tick = y_end * 0.035;
+        for (name, color, base, count) in [
+            (
+                "segments created",
+                CREATED,
+                0.0,
+                (|s| s.segments_created) as fn(&MemorySample) -> u32,
+            ),
+            ("segments released", RELEASED, tick * 1.2, |s| {
+                s.segments_released
+            }),
+        ] {
+            let total: u64 = curves.samples.iter().map(|s| count(s) as u64).sum();
+            chart
+                .draw_series(curves.samples.iter().filter(|s| count(s) > 0).map(|s| {
+                    let x = s.op as f64;
+                    PathElement::new(vec![(x, base), (x, base + tick)], color.stroke_width(1))
+                }))
+                .map_err(draw_error)?
+                .label(format!("{name} ({total}, ticks)"))
+                .legend(move |(x, y)| {
+                    PathElement::new(
+                        vec![(x + 10, y - 6), (x + 10, y + 6)],
+                        color.stroke_width(2),
+                    )
+                });
+        }
+
+        let (peak, peak_op) = curves.peak_reserved;
+        let peak_point = (peak_op as f64, y(peak));
+        chart
+            .draw_series(std::iter::once(Circle::new(peak_point, 6, RED.filled())))
+            .map_err(draw_error)?;
+        let label = format!("peak reserved {} at op {peak_op}", bytes(peak));
+        // Keep the label inside the plot: left of the point in the right half.
+        let anchor = if peak_point.0 > x_end * 0.6 {
+            (peak_point.0 - x_end * 0.3, peak_point.1 + y_end * 0.04)
+        } else {
+            (peak_point.0 + x_end * 0.01, peak_point.1 + y_end * 0.04)
+        };
+        chart
+            .draw_series(std::iter::once(Text::new(
+                label,
+                anchor,
+                ("sans-serif", 16).into_font().color(&RED),
+            )))
+            .map_err(draw_error)?;
+
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(draw_error)?;
+        root.present().map_err(draw_error)?;
+    }
+    Ok(svg)
+}

@@ -1,0 +1,86 @@
+//! Live monitoring: `MemoryReading` with a pool in the process, and `wgpool info --watch`,
+//! bounded by `--count`.
+
+mod common;
+
+use std::process::Command;
+
+use wgpool::config::Config;
+use wgpool::monitor::MemoryReading;
+use wgpool::pool::Pool;
+
+#[test]
+fn a_reading_reports_the_heaps_and_the_pool() {
+    let gpu = common::gpu();
+    let pool = Pool::from_context(gpu, Config::parse("policy:pytorch").unwrap()).unwrap();
+    let block = pool.alloc(3 << 20).unwrap();
+    let reading = MemoryReading::now(gpu.adapter(), Some(&pool));
+    let stats = reading.pool.expect("a pool was given");
+    assert_eq!(stats.allocated_bytes, 3 << 20);
+    assert_eq!(stats.reserved_bytes, 20 << 20, "one 20 MiB large segment");
+    assert_eq!((stats.segments, stats.blocks), (1, 1));
+    // lavapipe is a Vulkan device: its heaps are known.
+    let memory = reading
+        .memory
+        .as_ref()
+        .expect("Vulkan reports memory heaps");
+    assert!(!memory.heaps.is_empty());
+    let text = reading.render();
+    assert!(text.contains("pool: allocated 3.00 MiB"), "{text}");
+    assert!(text.contains("heap 0"), "{text}");
+    drop(block);
+    let after = MemoryReading::now(gpu.adapter(), Some(&pool)).pool.unwrap();
+    assert_eq!(after.allocated_bytes, 0);
+    assert_eq!(after.peak_allocated_bytes, 3 << 20);
+    assert!(MemoryReading::now(gpu.adapter(), None).pool.is_none());
+}
+
+#[test]
+fn info_watch_prints_count_reports_and_stops() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_wgpool"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(&["info", "--watch", "--count", "3", "--interval-ms", "20"]);
+    let stamps = text.lines().filter(|l| l.starts_with('[')).count();
+    assert_eq!(stamps % 3, 0, "{text}");
+    assert!(stamps >= 3, "{text}");
+    assert!(text.contains("heap 0"), "{text}");
+    let json = run(&[
+        "info",
+        "--watch",
+        "--count",
+        "2",
+        "--interval-ms",
+        "20",
+        "--json",
+    ]);
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.len() >= 2 && lines.len() % 2 == 0, "{json}");
+    for line in &lines {
+        assert!(line["adapter"].is_string(), "{line}");
+        assert!(line["unix_ms"].as_u64().unwrap() > 0, "{line}");
+        let heaps = line["memory"]["heaps"].as_array().expect("heaps");
+        let budget = line["memory"]["budget_supported"].as_bool().unwrap();
+        for heap in heaps {
+            assert_eq!(heap["usage"].is_u64(), budget, "{heap}");
+        }
+    }
+    // --count needs --watch.
+    let out = Command::new(env!("CARGO_BIN_EXE_wgpool"))
+        .args(["info", "--count", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
