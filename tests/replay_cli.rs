@@ -412,3 +412,59 @@ fn a_pytorch_snapshot_replays_from_the_command_line() {
     // Live peak: 1 MiB + 3000 + 1000 before the 1 MiB free, then 3000 + 1000 + 5 MiB.
     assert_eq!(u(&report, "peak_live_bytes"), 5 * MIB + 4000);
 }
+
+#[test]
+fn compare_runs_pytorch_native_expandable_and_the_default_in_one_table() {
+    let trace = TraceFile::new(MIXED);
+    let path = trace.0.to_str().unwrap();
+    let out = wgpool(
+        &[
+            "replay",
+            path,
+            "--compare",
+            "--json",
+            "--conf",
+            "backend:passthrough",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = c["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "PyTorch native",
+            "PyTorch expandable segments",
+            "wgpool default",
+            "yours"
+        ]
+    );
+    // Native PyTorch: the 3 MiB block's 20 MiB segment serves the 5 MiB request.
+    assert_eq!(u(&rows[0]["report"], "peak_reserved_bytes"), 22 * MIB);
+    assert_eq!(rows[0]["conf"], "policy:pytorch");
+    // Each row has a report or says why it could not run.
+    for row in rows {
+        assert_ne!(row["report"].is_null(), row["error"].is_null(), "{row}");
+    }
+    assert_eq!(u(&rows[3]["report"], "segments_released"), 3);
+    // The table has a line per configuration.
+    let out = wgpool(&["replay", path, "--compare"], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in [
+        "PyTorch native",
+        "PyTorch expandable segments",
+        "wgpool default",
+    ] {
+        assert!(text.contains(name), "{text}");
+    }
+    assert!(!text.contains("yours"), "no --conf, no extra row: {text}");
+    // --compare runs several configurations: it takes no single-run outputs.
+    let stderr = bad_input(&["replay", path, "--compare", "--plot", "x.svg"], None);
+    assert!(stderr.contains("--plot"), "{stderr}");
+}

@@ -173,3 +173,11 @@ fn out_of_memory_is_recorded_as_pytorch_does() {
          ('free_requested', 41943040), ('free_completed', 41943040)]"
     );
 }
+
+#[test]
+fn the_checker_accepts_a_snapshot_written_by_pytorch() {
+    check_with_python(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/torch-2.11-mlp-small.pickle"
+    ));
+}

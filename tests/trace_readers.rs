@@ -257,3 +257,31 @@ fn wgpool_csv_is_read_by_content_with_any_line_ending() {
         assert_eq!((t.format, t.ops.len()), (TraceFormat::WgpoolCsv, 2));
     }
 }
+
+/// A snapshot written by PyTorch 2.11's `_dump_snapshot` on an H200 (a 3-layer MLP, 3
+/// training steps; /work/oracle, recorded by tools/oracle). PyTorch measured: reserved peak
+/// 494,927,872 B, allocated peak 489,622,528 B, requested peak 489,619,660 B.
+const TORCH_MLP: &[u8] = include_bytes!("data/torch-2.11-mlp-small.pickle");
+
+#[test]
+fn a_snapshot_written_by_pytorch_replays_to_pytorchs_peaks() {
+    let trace = read(TORCH_MLP).unwrap();
+    assert_eq!(trace.format, TraceFormat::TorchSnapshot);
+    assert_eq!(trace.ops.len(), 215, "109 allocs and 106 frees");
+    assert_eq!(trace.pre_existing, 0);
+    let config = wgpool::config::Config::parse("policy:pytorch").unwrap();
+    let options = wgpool::trace::ReplayOptions::default().with_check_every_op(true);
+    let report = wgpool::trace::replay(&trace, &config, &options).unwrap();
+    assert_eq!(report.peak_live_bytes, 489_619_660);
+    assert_eq!(report.peak_allocated_bytes, 489_622_528);
+    assert_eq!(report.peak_reserved_bytes, 494_927_872);
+    assert_eq!(report.segments_created, 14);
+}
+
+#[test]
+fn truncations_of_a_pytorch_snapshot_are_errors() {
+    for len in (1..TORCH_MLP.len() - 1).step_by(97) {
+        let e = read(&TORCH_MLP[..len]).unwrap_err();
+        assert!(e.position().is_some(), "{len}: {e}");
+    }
+}

@@ -71,8 +71,9 @@ def check_structure(data):
         need(isinstance(events, list), f"device_traces[{d}] is a list")
         for i, e in enumerate(events):
             where = f"device_traces[{d}][{i}]"
-            check_keys(where, e, {"action": str, "size": INT, "stream": INT, "time_us": INT,
-                                  "frames": list})
+            # `frames` is optional: PyTorch leaves it out of events without a stack.
+            check_keys(where, e, {"action": str, "size": INT, "stream": INT, "time_us": INT})
+            need(isinstance(e.get("frames", []), list), f"{where} frames is a list")
             need(e["action"] in ACTIONS, f"{where} action {e['action']!r}")
             key = "device_free" if e["action"] == "oom" else "addr"
             need(isinstance(e.get(key), INT), f"{where} has int `{key}`")

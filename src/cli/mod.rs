@@ -1,6 +1,7 @@
 //! Subcommands of the `wgpool` binary.
 
 pub mod bench;
+pub mod compare;
 pub mod info;
 pub mod output;
 pub mod replay;

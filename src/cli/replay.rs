@@ -46,6 +46,10 @@ pub struct ReplayArgs {
     /// created and released, as an SVG picture.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+    /// Replay under PyTorch's native allocator, PyTorch with expandable segments and
+    /// wgpool's default (and --conf / WGPOOL_CONF when given) and print them in one table.
+    #[arg(long, conflicts_with_all = ["snapshot", "plot", "check"])]
+    compare: bool,
     /// Most events the snapshot keeps (the latest; default 1000000).
     #[arg(long, value_name = "N")]
     history_entries: Option<usize>,
@@ -65,6 +69,9 @@ pub fn mib_to_bytes(mb: u64, option: &str) -> Result<u64, Failure> {
 }
 
 pub fn run(args: ReplayArgs) -> Result<(), Failure> {
+    if args.compare {
+        return run_compare(&args);
+    }
     let config = match &args.conf {
         Some(text) => Config::parse(text),
         None => Config::from_env(),
@@ -74,15 +81,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         .device_memory_mb
         .map(|mb| mib_to_bytes(mb, "--device-memory-mb"))
         .transpose()?;
-    let max_bytes = match args.max_input_mb {
-        Some(mb) => mib_to_bytes(mb, "--max-input-mb")?,
-        None => DEFAULT_MAX_INPUT_BYTES,
-    };
-    let read = ReadOptions::default()
-        .with_max_bytes(max_bytes)
-        .with_device(args.trace_device);
-    let trace = read_trace(&args.file, &read)
-        .map_err(|e| Failure::bad_input(format!("{}: {e}", args.file.display())))?;
+    let trace = load(&args)?;
     let options = ReplayOptions::default()
         .with_device_memory(device_memory)
         .with_check_every_op(args.check);
@@ -189,4 +188,40 @@ fn text_report(file: &std::path::Path, format: &str, report: &ReplayReport) -> S
         report.ns_per_op, report.timed_runs, report.ns_per_op_median
     ));
     out
+}
+
+/// `--compare`: the trace under each compared configuration.
+fn run_compare(args: &ReplayArgs) -> Result<(), Failure> {
+    let yours = match &args.conf {
+        Some(text) => Some(text.clone()),
+        None => std::env::var(wgpool::config::ENV_VAR).ok(),
+    };
+    let trace = load(args)?;
+    let device_memory = args
+        .device_memory_mb
+        .map(|mb| mib_to_bytes(mb, "--device-memory-mb"))
+        .transpose()?;
+    let options = ReplayOptions::default()
+        .with_device_memory(device_memory)
+        .with_min_timed_runs(1);
+    super::compare::run(
+        &trace,
+        &args.file.display().to_string(),
+        yours.as_deref(),
+        &options,
+        args.json,
+    )
+}
+
+/// Reads the trace named on the command line, with the input limits of the options.
+fn load(args: &ReplayArgs) -> Result<wgpool::trace::Trace, Failure> {
+    let max_bytes = match args.max_input_mb {
+        Some(mb) => mib_to_bytes(mb, "--max-input-mb")?,
+        None => DEFAULT_MAX_INPUT_BYTES,
+    };
+    let read = ReadOptions::default()
+        .with_max_bytes(max_bytes)
+        .with_device(args.trace_device);
+    read_trace(&args.file, &read)
+        .map_err(|e| Failure::bad_input(format!("{}: {e}", args.file.display())))
 }
