@@ -15,14 +15,24 @@
 //! ```
 
 mod event;
+mod log;
 mod recorder;
 mod ring;
 mod torch;
 
 pub use event::{Action, Event};
+pub use log::EventLog;
 pub use recorder::{MemorySample, ReplayRecorder};
 pub use ring::History;
 pub use torch::{
     AllocatorSettings, Frame, SegmentPlacement, SnapshotBlock, SnapshotError, SnapshotSegment,
     TorchSnapshot, TraceEntry, write_torch_snapshot,
 };
+
+/// Microseconds since the Unix epoch, as PyTorch stamps its events (0 if the clock is before
+/// 1970).
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}

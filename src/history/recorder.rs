@@ -1,15 +1,10 @@
 //! Recording a replay: its events with addresses, its final layout, and memory over time.
 
-use std::collections::HashMap;
+use std::ops::Range;
 
-use super::{Action, Event, History};
+use super::{Action, EventLog, History, TorchSnapshot};
 use crate::engine::{Allocation, Engine, SegmentId, SegmentKind, SegmentSnapshot};
 use crate::trace::ReplayObserver;
-
-/// Where the recorder places the first segment: an address that looks like a CUDA device
-/// pointer. Segments follow one another, each 2 MiB aligned.
-const FIRST_ADDRESS: u64 = 0x7f00_0000_0000;
-const SEGMENT_ALIGN: u64 = 2 << 20;
 
 /// The most points a memory curve keeps; longer replays keep each bucket's highest values.
 pub const MAX_SAMPLES: usize = 2000;
@@ -32,14 +27,11 @@ pub struct MemorySample {
     pub segments_released: u32,
 }
 
-/// A [`ReplayObserver`] that records a [`History`] with addresses, the final layout, and
-/// [`MemorySample`]s.
+/// A [`ReplayObserver`] that records an [`EventLog`] (time: the operation's index), the
+/// final layout, and [`MemorySample`]s.
 #[derive(Debug)]
 pub struct ReplayRecorder {
-    history: History,
-    addresses: HashMap<SegmentId, u64>,
-    streams: HashMap<SegmentId, u32>,
-    next_address: u64,
+    log: EventLog,
     stream: u32,
     /// The operation running now.
     op: u64,
@@ -54,10 +46,7 @@ impl ReplayRecorder {
     /// A recorder keeping at most `capacity` events, for a trace of `ops` operations.
     pub fn new(capacity: usize, ops: usize) -> ReplayRecorder {
         ReplayRecorder {
-            history: History::with_capacity(capacity),
-            addresses: HashMap::new(),
-            streams: HashMap::new(),
-            next_address: FIRST_ADDRESS,
+            log: EventLog::with_capacity(capacity),
             stream: 0,
             op: 0,
             ops: ops as u64,
@@ -70,22 +59,12 @@ impl ReplayRecorder {
 
     /// The events.
     pub fn history(&self) -> &History {
-        &self.history
+        self.log.history()
     }
 
     /// The segments and blocks at the end of the replay.
     pub fn final_segments(&self) -> &[SegmentSnapshot] {
         &self.final_segments
-    }
-
-    /// The address the recorder gave a live segment.
-    pub fn segment_address(&self, id: SegmentId) -> Option<u64> {
-        self.addresses.get(&id).copied()
-    }
-
-    /// The stream a live segment serves.
-    pub fn segment_stream(&self, id: SegmentId) -> u32 {
-        self.streams.get(&id).copied().unwrap_or(0)
     }
 
     /// Memory over the replay, one sample per bucket of operations.
@@ -103,24 +82,10 @@ impl ReplayRecorder {
         self.ops
     }
 
-    fn address_of(&self, allocation: &Allocation) -> u64 {
-        self.addresses
-            .get(&allocation.segment)
-            .map_or(0, |base| base + allocation.offset)
-    }
-
-    fn record_runs(&mut self, action: Action, id: SegmentId, runs: &[std::ops::Range<u64>]) {
-        let base = self.addresses.get(&id).copied().unwrap_or(0);
-        let stream = self.streams.get(&id).copied().unwrap_or(0);
-        for run in runs {
-            self.history.record(Event::new(
-                action,
-                base + run.start,
-                run.end - run.start,
-                stream,
-                self.op,
-            ));
-        }
+    /// The replay as a PyTorch snapshot: its final layout and recorded events, `time_us`
+    /// being the operation index.
+    pub fn torch_snapshot(&self, conf: &str) -> TorchSnapshot {
+        self.log.torch_snapshot(&self.final_segments, conf, "op")
     }
 
     fn sample_mut(&mut self, op: u64) -> &mut MemorySample {
@@ -143,77 +108,46 @@ impl ReplayObserver for ReplayRecorder {
     }
 
     fn on_alloc(&mut self, op: usize, allocation: &Allocation, stream: u32) {
-        let addr = self.address_of(allocation);
-        self.history.record(Event::new(
-            Action::Alloc,
-            addr,
-            allocation.requested,
-            stream,
-            op as u64,
-        ));
+        self.log.block(Action::Alloc, allocation, stream, op as u64);
     }
 
     fn on_free(&mut self, op: usize, allocation: &Allocation, stream: u32) {
-        let addr = self.address_of(allocation);
         self.op = op as u64;
         self.sample_mut(op as u64);
-        self.history.record(Event::new(
-            Action::FreeCompleted,
-            addr,
-            allocation.requested,
-            stream,
-            op as u64,
-        ));
+        self.log
+            .block(Action::FreeCompleted, allocation, stream, op as u64);
     }
 
     fn on_oom(&mut self, op: usize, size: u64, stream: u32) {
-        self.history
-            .record(Event::new(Action::Oom, 0, size, stream, op as u64));
+        self.log.oom(size, stream, op as u64);
     }
 
-    fn on_segment_create(&mut self, id: SegmentId, size: u64, _pool: SegmentKind) {
-        let addr = self.next_address;
-        self.next_address += size.div_ceil(SEGMENT_ALIGN) * SEGMENT_ALIGN;
-        self.addresses.insert(id, addr);
-        self.streams.insert(id, self.stream);
+    fn on_segment_create(&mut self, id: SegmentId, size: u64, _kind: SegmentKind) {
         let op = self.op;
         self.sample_mut(op).segments_created += 1;
-        self.history.record(Event::new(
-            Action::SegmentAlloc,
-            addr,
-            size,
-            self.stream,
-            op,
-        ));
+        self.log.segment_created(id, size, self.stream, op);
     }
 
     fn on_segment_release(&mut self, id: SegmentId, size: u64) {
-        let addr = self.addresses.remove(&id).unwrap_or(0);
-        let stream = self.streams.remove(&id).unwrap_or(0);
         let op = self.op;
         self.sample_mut(op).segments_released += 1;
-        self.history
-            .record(Event::new(Action::SegmentFree, addr, size, stream, op));
+        self.log.segment_released(id, size, op);
     }
 
     fn on_range_reserve(&mut self, id: SegmentId, size: u64, _kind: SegmentKind) {
-        let addr = self.next_address;
-        self.next_address += size.div_ceil(SEGMENT_ALIGN) * SEGMENT_ALIGN;
-        self.addresses.insert(id, addr);
-        self.streams.insert(id, self.stream);
+        self.log.place(id, size, self.stream);
     }
 
     fn on_range_release(&mut self, id: SegmentId, _size: u64) {
-        self.addresses.remove(&id);
-        self.streams.remove(&id);
+        self.log.unplace(id);
     }
 
-    fn on_map(&mut self, id: SegmentId, runs: &[std::ops::Range<u64>]) {
-        self.record_runs(Action::SegmentMap, id, runs);
+    fn on_map(&mut self, id: SegmentId, runs: &[Range<u64>]) {
+        self.log.pages(Action::SegmentMap, id, runs, self.op);
     }
 
-    fn on_unmap(&mut self, id: SegmentId, runs: &[std::ops::Range<u64>]) {
-        self.record_runs(Action::SegmentUnmap, id, runs);
+    fn on_unmap(&mut self, id: SegmentId, runs: &[Range<u64>]) {
+        self.log.pages(Action::SegmentUnmap, id, runs, self.op);
     }
 
     fn after_op(&mut self, op: usize, engine: &Engine, live: u64) {
@@ -230,23 +164,5 @@ impl ReplayObserver for ReplayRecorder {
 
     fn finish(&mut self, engine: &Engine) {
         self.final_segments = engine.snapshot();
-    }
-}
-
-impl super::SegmentPlacement for ReplayRecorder {
-    fn address(&self, segment: &SegmentSnapshot) -> u64 {
-        self.segment_address(segment.id).unwrap_or(0)
-    }
-
-    fn stream(&self, segment: &SegmentSnapshot) -> u32 {
-        self.segment_stream(segment.id)
-    }
-}
-
-impl ReplayRecorder {
-    /// The replay as a PyTorch snapshot: its final layout and recorded events, `time_us`
-    /// being the operation index.
-    pub fn torch_snapshot(&self, conf: &str) -> super::TorchSnapshot {
-        super::TorchSnapshot::new(&self.final_segments, self, &self.history, conf, "op")
     }
 }

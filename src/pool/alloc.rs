@@ -5,6 +5,7 @@ use super::shared::PoolState;
 use super::{Block, Pool, Residency};
 use crate::config::Overflow;
 use crate::engine::{AllocError, OomCause, OutOfMemory, SourceError};
+use crate::history::{Action, now_us};
 
 impl Pool {
     /// A block of at least `size` bytes.
@@ -23,7 +24,11 @@ impl Pool {
     /// memory, with `overflow:host`). The pool stays usable after any of them.
     #[inline]
     pub fn alloc(&self, size: u64) -> Result<Block, AllocError> {
-        if let Some((shared, mut parts)) = self.shared.reuse.take(size) {
+        // While the history records, every request goes through the engine, so that each
+        // allocation and free is an event.
+        if !self.shared.recording()
+            && let Some((shared, mut parts)) = self.shared.reuse.take(size)
+        {
             *parts.exposed_in.get_mut() = 0;
             return Ok(Block::new(shared, parts));
         }
@@ -37,13 +42,21 @@ impl Pool {
         } = &mut *state;
         let placed = match engine.allocate(size, 0, segments) {
             Ok(allocation) => {
+                if let Some(log) = &mut segments.history {
+                    log.block(Action::Alloc, &allocation, 0, now_us());
+                }
                 let buffer = segments.buffer(allocation.segment).clone();
                 BlockParts::new(allocation, buffer, Residency::Device)
             }
             Err(AllocError::OutOfMemory(oom)) if engine.config().overflow == Overflow::Host => {
                 self.overflow_to_host(&mut state, size, oom)?
             }
-            Err(error) => return Err(error),
+            Err(error) => {
+                if let (Some(log), AllocError::OutOfMemory(_)) = (&mut segments.history, &error) {
+                    log.oom(size, 0, now_us());
+                }
+                return Err(error);
+            }
         };
         drop(state);
         Ok(Block::new(self.shared.clone(), Box::new(placed)))

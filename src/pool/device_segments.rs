@@ -2,6 +2,7 @@
 
 use crate::engine::{SegmentId, SegmentKind, SegmentSource, SourceError};
 use crate::gpu::scope::{CaughtError, catch};
+use crate::history::EventLog;
 
 /// One wgpu buffer per live segment, indexed by segment id.
 ///
@@ -15,6 +16,8 @@ pub(crate) struct DeviceSegments {
     usage: wgpu::BufferUsages,
     label: String,
     buffers: Vec<Option<wgpu::Buffer>>,
+    /// The event log, while the pool records its history (`Pool::record_history`).
+    pub history: Option<EventLog>,
 }
 
 impl DeviceSegments {
@@ -24,6 +27,7 @@ impl DeviceSegments {
             usage,
             label,
             buffers: Vec::new(),
+            history: None,
         }
     }
 
@@ -71,10 +75,16 @@ impl SegmentSource for DeviceSegments {
             self.buffers.resize_with(slot + 1, || None);
         }
         self.buffers[slot] = Some(buffer);
+        if let Some(log) = &mut self.history {
+            log.segment_created(id, size, 0, crate::history::now_us());
+        }
         Ok(())
     }
 
-    fn release_segment(&mut self, id: SegmentId, _size: u64) {
+    fn release_segment(&mut self, id: SegmentId, size: u64) {
+        if let Some(log) = &mut self.history {
+            log.segment_released(id, size, crate::history::now_us());
+        }
         if let Some(buffer) = self.buffers[id.0 as usize].take() {
             buffer.destroy();
         }

@@ -39,6 +39,7 @@ mod check;
 mod device_memory;
 mod device_segments;
 mod error;
+mod history;
 mod host_tier;
 mod movement;
 mod options;
@@ -182,6 +183,7 @@ impl Pool {
                 label: options.label,
                 free_timing: options.free_timing,
                 epoch: AtomicU64::new(1),
+                recording: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }

@@ -53,9 +53,17 @@ pub(crate) struct PoolShared {
     /// The submission epoch: counts the pool's submission points, from 1. A block exposed
     /// in the current epoch may be named by commands not yet submitted.
     pub epoch: AtomicU64,
+    /// Whether the history records (`Pool::record_history`): the reuse cache is bypassed.
+    pub recording: std::sync::atomic::AtomicBool,
 }
 
 impl PoolShared {
+    /// Whether the history records.
+    #[inline]
+    pub fn recording(&self) -> bool {
+        self.recording.load(Ordering::Acquire)
+    }
+
     /// Locks the state. wgpool runs no caller code and does not panic while it holds the
     /// lock, so a poisoned lock (a panic that unwound through some other path) is recovered
     /// rather than turned into a panic here.
@@ -80,6 +88,11 @@ impl PoolShared {
             return;
         }
         if parts.residency == Residency::Host {
+            let mut state = shared.lock();
+            free_to_engine(&mut state, *parts);
+            return;
+        }
+        if shared.recording() {
             let mut state = shared.lock();
             free_to_engine(&mut state, *parts);
             return;
@@ -171,7 +184,19 @@ pub(crate) fn free_to_engine(state: &mut PoolState, parts: BlockParts) {
     // A block is freed exactly once (when its handle is dropped or after a move), so its id
     // is live in the engine of its residency.
     let freed = match parts.residency {
-        Residency::Device => state.engine.free(parts.id, &mut state.segments),
+        Residency::Device => {
+            if let Some(log) = &mut state.segments.history
+                && let Some(allocation) = state.engine.allocation(parts.id)
+            {
+                log.block(
+                    crate::history::Action::FreeCompleted,
+                    &allocation,
+                    0,
+                    crate::history::now_us(),
+                );
+            }
+            state.engine.free(parts.id, &mut state.segments)
+        }
         Residency::Host => match state.host.as_mut() {
             Some(host) => host.engine.free(parts.id, &mut host.segments),
             None => unreachable!("a host block exists only once the host tier does"),
