@@ -181,3 +181,48 @@ fn the_checker_accepts_a_snapshot_written_by_pytorch() {
         "/tests/data/torch-2.11-mlp-small.pickle"
     ));
 }
+
+/// The checker can fail: a block freed after its pages were unmapped is refused, and the
+/// same history in the right order (pages of an expandable segment) passes.
+#[test]
+fn the_checker_refuses_a_block_outside_live_memory() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/check_snapshot.py");
+    let make = |order: &str, name: &str| {
+        let file = Temp::new(name);
+        let program = format!(
+            "import pickle, sys\n\
+             P = 2 << 20; S = 0x7f0000000000\n\
+             ev = lambda a, addr, size: dict(action=a, addr=addr, size=size, stream=0, time_us=0, frames=[])\n\
+             events = dict(map=ev('segment_map', S, 2 * P), alloc=ev('alloc', S + P, 1000),\n\
+                           free=ev('free_completed', S + P, 1000), unmap=ev('segment_unmap', S + P, P))\n\
+             seg = dict(device=0, address=S, total_size=P, allocated_size=0, active_size=0,\n\
+                        requested_size=0, stream=0, segment_type='large', is_expandable=True,\n\
+                        frames=[], blocks=[dict(size=P, requested_size=0, state='inactive', frames=[])])\n\
+             pickle.dump(dict(segments=[seg], device_traces=[[events[k] for k in '{order}'.split()]]),\n\
+                         open(sys.argv[1], 'wb'))\n"
+        );
+        let out = Command::new("python3")
+            .args(["-c", &program, file.path()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = Command::new("python3")
+            .arg(&script)
+            .arg(file.path())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (good, text) = make("map alloc free unmap", "good.pickle");
+    assert!(good, "{text}");
+    let (bad, text) = make("map alloc unmap free", "bad.pickle");
+    assert!(!bad, "{text}");
+    assert!(text.contains("FAIL"), "{text}");
+}

@@ -83,27 +83,44 @@ def check_structure(data):
 
 def simulate(data, device=0):
     """MemoryViz.js's simulate_memory, checked at every event (backwards from the end): a
-    block appears only inside a live segment, and a segment disappears only when empty."""
-    segments = {}   # address -> [size, live blocks in it]
-    blocks = {}     # address -> segment address
+    block appears only inside live memory (a segment, or mapped pages of an expandable one),
+    and memory disappears only when no live block lies in it."""
+    regions = []    # [start, end) of live memory
+    blocks = {}     # address -> size
 
-    def segment_of(addr, where):
-        for start, (size, _) in segments.items():
-            if start <= addr < start + size:
-                return start
-        fail(f"{where}: block {addr:#x} lies in no live segment")
+    def add(start, end):
+        regions.append((start, end))
+        regions.sort()
+        merged = []
+        for a, b in regions:
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        regions[:] = merged
 
-    for s in data["segments"]:
-        if s["device"] == device:
-            segments[s["address"]] = [s["total_size"], 0]
+    def covered(addr):
+        return any(a <= addr < b for a, b in regions)
+
+    def remove(start, size, where):
+        end = start + size
+        for addr, n in blocks.items():
+            need(not (start <= addr < end), f"{where}: block {addr:#x} lives in memory "
+                 "that does not exist before this event")
+        for i, (a, b) in enumerate(regions):
+            if a <= start and end <= b:
+                regions[i:i + 1] = [r for r in ((a, start), (end, b)) if r[0] < r[1]]
+                return
+        fail(f"{where}: memory [{start:#x}, {end:#x}) is live after this event")
+
     for s in data["segments"]:
         if s["device"] != device:
             continue
+        add(s["address"], s["address"] + s["total_size"])
         addr = s["address"]
         for b in s["blocks"]:
             if b["state"] in ("active_allocated", "active_pending_free"):
-                blocks[addr] = s["address"]
-                segments[s["address"]][1] += 1
+                blocks[addr] = b["size"]
             addr += b["size"]
 
     events = data["device_traces"][device] if device < len(data["device_traces"]) else []
@@ -113,18 +130,15 @@ def simulate(data, device=0):
         where = f"device_traces[{device}][{i}]"
         if a == "alloc":
             need(e["addr"] in blocks, f"{where}: the allocated block is live after it")
-            segments[blocks.pop(e["addr"])][1] -= 1
+            del blocks[e["addr"]]
         elif a == "free_completed":
             need(e["addr"] not in blocks, f"{where}: the freed block is not live after it")
-            seg = segment_of(e["addr"], where)
-            blocks[e["addr"]] = seg
-            segments[seg][1] += 1
-        elif a == "segment_free":
-            segments[e["addr"]] = [e["size"], 0]
-        elif a == "segment_alloc":
-            need(e["addr"] in segments, f"{where}: the new segment is live after it")
-            need(segments[e["addr"]][1] == 0, f"{where}: no block lives in a segment before it exists")
-            del segments[e["addr"]]
+            need(covered(e["addr"]), f"{where}: block {e['addr']:#x} lies in live memory")
+            blocks[e["addr"]] = e["size"]
+        elif a in ("segment_free", "segment_unmap"):
+            add(e["addr"], e["addr"] + e["size"])
+        elif a in ("segment_alloc", "segment_map"):
+            remove(e["addr"], e["size"], where)
     ok(f"MemoryViz simulation: {len(events)} events of device {device} replayed backwards")
 
 

@@ -21,6 +21,8 @@ pub struct MemorySample {
     pub allocated: u64,
     /// Bytes of segments.
     pub reserved: u64,
+    /// Bytes of mapped pages, for a page-mapped pool (0 with fixed segments).
+    pub mapped: u64,
     /// Segments created in the bucket.
     pub segments_created: u32,
     /// Segments released in the bucket.
@@ -40,6 +42,8 @@ pub struct ReplayRecorder {
     samples: Vec<MemorySample>,
     final_segments: Vec<SegmentSnapshot>,
     peak: (u64, u64),
+    /// Bytes of pages mapped now.
+    mapped: u64,
 }
 
 impl ReplayRecorder {
@@ -54,6 +58,7 @@ impl ReplayRecorder {
             samples: Vec::new(),
             final_segments: Vec::new(),
             peak: (0, 0),
+            mapped: 0,
         }
     }
 
@@ -144,10 +149,13 @@ impl ReplayObserver for ReplayRecorder {
 
     fn on_map(&mut self, id: SegmentId, runs: &[Range<u64>]) {
         self.log.pages(Action::SegmentMap, id, runs, self.op);
+        self.mapped += runs.iter().map(|r| r.end - r.start).sum::<u64>();
     }
 
     fn on_unmap(&mut self, id: SegmentId, runs: &[Range<u64>]) {
         self.log.pages(Action::SegmentUnmap, id, runs, self.op);
+        let unmapped: u64 = runs.iter().map(|r| r.end - r.start).sum();
+        self.mapped = self.mapped.saturating_sub(unmapped);
     }
 
     fn after_op(&mut self, op: usize, engine: &Engine, live: u64) {
@@ -156,7 +164,9 @@ impl ReplayObserver for ReplayRecorder {
         if reserved > self.peak.0 {
             self.peak = (reserved, op as u64);
         }
+        let mapped = self.mapped;
         let sample = self.sample_mut(op as u64);
+        sample.mapped = sample.mapped.max(mapped);
         sample.live = sample.live.max(live);
         sample.allocated = sample.allocated.max(stats.allocated_bytes.all.current);
         sample.reserved = sample.reserved.max(reserved);

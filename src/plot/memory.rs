@@ -26,12 +26,14 @@ const HEIGHT: u32 = 640;
 const RESERVED: RGBColor = RGBColor(31, 119, 180);
 const ALLOCATED: RGBColor = RGBColor(255, 127, 14);
 const LIVE: RGBColor = RGBColor(44, 160, 44);
+const MAPPED: RGBColor = RGBColor(148, 103, 189);
 const CREATED: RGBColor = RGBColor(23, 190, 207);
 const RELEASED: RGBColor = RGBColor(214, 39, 40);
 
 /// Draws the curves as an SVG document.
 ///
-/// The series are named in the legend (`reserved`, `allocated`, `live (requested)`,
+/// The series are named in the legend (`reserved`, `mapped pages` for a page-mapped pool,
+/// `allocated`, `live (requested)`,
 /// `segments created`, `segments released`), and the peak of reserved memory is marked with
 /// its value.
 pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
@@ -41,7 +43,7 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
     let max = curves
         .samples
         .iter()
-        .map(|s| s.reserved.max(s.allocated).max(s.live))
+        .map(|s| s.reserved.max(s.allocated).max(s.live).max(s.mapped))
         .max()
         .unwrap_or(0)
         .max(1);
@@ -79,7 +81,8 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
                 .map(move |s| (s.op as f64, y(f(s))))
                 .collect::<Vec<_>>()
         };
-        for (name, color, f, width) in [
+        let paged = curves.samples.iter().any(|s| s.mapped > 0);
+        let mut series = vec![
             (
                 "reserved",
                 RESERVED,
@@ -88,7 +91,11 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
             ),
             ("allocated", ALLOCATED, |s| s.allocated, 2),
             ("live (requested)", LIVE, |s| s.live, 2),
-        ] {
+        ];
+        if paged {
+            series.insert(1, ("mapped pages", MAPPED, |s| s.mapped, 2));
+        }
+        for (name, color, f, width) in series {
             chart
                 .draw_series(LineSeries::new(points(f), color.stroke_width(width)))
                 .map_err(draw_error)?
@@ -158,4 +165,46 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
         root.present().map_err(draw_error)?;
     }
     Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(op: u64, live: u64, mapped: u64) -> MemorySample {
+        MemorySample {
+            op,
+            live,
+            allocated: live,
+            reserved: mapped.max(live) + (4 << 20),
+            mapped,
+            segments_created: u32::from(op == 0),
+            segments_released: 0,
+        }
+    }
+
+    #[test]
+    fn mapped_pages_are_drawn_only_for_page_mapped_pools() {
+        let paged = [sample(0, 1 << 20, 2 << 20), sample(1, 3 << 20, 4 << 20)];
+        let curves = MemoryCurves {
+            title: "paged".into(),
+            samples: &paged,
+            ops: 2,
+            peak_reserved: (8 << 20, 1),
+        };
+        let svg = render_memory_svg(&curves).unwrap();
+        assert!(svg.contains("mapped pages"), "{svg}");
+        assert!(svg.contains("peak reserved 8.00 MiB at op 1"));
+        let fixed = [sample(0, 1 << 20, 0), sample(1, 3 << 20, 0)];
+        let curves = MemoryCurves {
+            samples: &fixed,
+            ..curves
+        };
+        assert!(!render_memory_svg(&curves).unwrap().contains("mapped pages"));
+        let empty = MemoryCurves {
+            samples: &[],
+            ..curves
+        };
+        assert!(render_memory_svg(&empty).is_err());
+    }
 }
