@@ -23,6 +23,8 @@ pub struct BlockSnapshot {
 pub struct SegmentSnapshot {
     /// The segment's id in the [`SegmentSource`](super::SegmentSource).
     pub id: SegmentId,
+    /// Its address (the first block's address).
+    pub address: u64,
     /// Its size.
     pub size: u64,
     /// Its pool.
@@ -56,6 +58,7 @@ impl EngineState {
             }
             out.push(SegmentSnapshot {
                 id: SegmentId(id as u32),
+                address: s.base,
                 size: s.size,
                 pool: s.pool,
                 stream: s.stream,

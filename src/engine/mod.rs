@@ -124,6 +124,14 @@ impl Engine {
         self.state.stats.reset_accumulated();
     }
 
+    /// The statistics as `torch.cuda.memory_stats()` returns them: the same 122 keys and
+    /// values (see [`MemoryStats::to_pytorch_map`]).
+    pub fn pytorch_memory_stats(&self) -> std::collections::BTreeMap<String, i64> {
+        self.state
+            .stats
+            .to_pytorch_map(self.state.config.max_split_size)
+    }
+
     /// The statistics as a text table (PyTorch's `memory_summary`).
     pub fn memory_summary(&self) -> String {
         summary::render(&self.state.stats, &self.state.config, self.state.cap)
@@ -139,6 +147,7 @@ impl Engine {
             block_size: b.size(),
             requested: b.requested,
             kind: b.pool,
+            address: b.address(),
         })
     }
 

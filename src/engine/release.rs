@@ -168,6 +168,7 @@ impl EngineState {
 
     /// Releases every free block that spans a whole segment, in both pools.
     pub(super) fn release_cached_blocks(&mut self, source: &mut dyn SegmentSource) {
+        self.stats.num_sync_all_streams += 1;
         let whole: Vec<u32> = self.idle_blocks().map(|(block, _, _)| block).collect();
         for block in whole {
             self.release_block(block, source);

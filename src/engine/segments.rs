@@ -18,6 +18,15 @@ pub(crate) enum NoSegment {
     Source(SourceError),
 }
 
+/// Whether a source's address for a segment of `size` bytes fits the free index: 512 B
+/// aligned, and the whole segment below [`free_index::ADDRESS_LIMIT`].
+fn is_usable_base(address: u64, size: u64) -> bool {
+    address % super::rounding::MIN_BLOCK_SIZE == 0
+        && address
+            .checked_add(size)
+            .is_some_and(|end| end < free_index::ADDRESS_LIMIT)
+}
+
 impl EngineState {
     /// Creates a segment of `size` bytes holding one free, unindexed block, or says why not.
     pub fn create_segment(
@@ -52,7 +61,10 @@ impl EngineState {
             self.free_segment_slots.push(slot);
             return Err(NoSegment::Source(error));
         }
-        let base = self.next_segment_base(size);
+        let base = match source.segment_address(SegmentId(slot), size, pool) {
+            Some(address) if is_usable_base(address, size) => address,
+            _ => self.next_segment_base(size),
+        };
         self.segments[slot as usize] = SegmentRecord {
             size,
             pool,

@@ -61,6 +61,21 @@ pub trait SegmentSource {
     /// Gives back the memory of segment `id`, which has `size` bytes and no live blocks.
     fn release_segment(&mut self, id: SegmentId, size: u64);
 
+    /// The address of segment `id`, just created with `size` bytes, where the device decides
+    /// it (as `cudaMalloc` does), or `None` (the default) to let the engine number its
+    /// segments itself.
+    ///
+    /// The engine orders free blocks of equal size by address, so addresses decide which of
+    /// two equal blocks is reused. A source that answers must give live segments disjoint
+    /// ranges; an address that is not 512 B aligned or that reaches 2^57 is ignored. Trace
+    /// replay's oracle mode answers with the addresses PyTorch handed out; a page-mapped
+    /// range, whose first block sits at its start as in PyTorch's expandable segments, can
+    /// take its address the same way.
+    fn segment_address(&mut self, id: SegmentId, size: u64, kind: SegmentKind) -> Option<u64> {
+        let _ = (id, size, kind);
+        None
+    }
+
     /// Whether the source can map pages, and its page and largest range. `None` (the
     /// default) means it cannot: the engine uses fixed segments.
     fn page_mapping(&self) -> Option<PageMapping> {

@@ -88,7 +88,7 @@ impl EngineState {
         // A fresh id for every allocation, so a handle kept past its free is refused even
         // when the same record serves the next request.
         b.serial = b.serial.wrapping_add(1);
-        let (size, offset, serial) = (b.size(), b.offset(), b.serial);
+        let (size, offset, serial, address) = (b.size(), b.offset(), b.serial, b.address());
         self.stats.allocation.increase(pool, 1);
         self.stats.allocated_bytes.increase(pool, size);
         self.lifetime_allocated_peak = self
@@ -110,6 +110,7 @@ impl EngineState {
             block_size: size,
             requested,
             kind: pool,
+            address,
         }
     }
 

@@ -138,6 +138,9 @@ pub struct MemoryStats {
     pub num_device_alloc: u64,
     /// Segments released.
     pub num_device_free: u64,
+    /// Times every cached segment was released at once (`empty_cache`, and the retry of an
+    /// allocation that missed): PyTorch synchronizes all streams each time.
+    pub num_sync_all_streams: u64,
 }
 
 impl MemoryStats {
@@ -190,6 +193,22 @@ impl MemoryStats {
         map.insert("num_ooms".into(), self.num_ooms);
         map.insert("num_device_alloc".into(), self.num_device_alloc);
         map.insert("num_device_free".into(), self.num_device_free);
+        map.insert("num_sync_all_streams".into(), self.num_sync_all_streams);
+        map
+    }
+
+    /// Exactly the dictionary `torch.cuda.memory_stats()` returns: every key of
+    /// [`to_map`](MemoryStats::to_map), plus `max_split_size`, which PyTorch reports as the
+    /// configured `max_split_size_mb` in bytes, or -1 when it is unlimited. Values are signed,
+    /// as PyTorch's are.
+    pub fn to_pytorch_map(&self, max_split_size: Option<u64>) -> BTreeMap<String, i64> {
+        let mut map: BTreeMap<String, i64> = self
+            .to_map()
+            .into_iter()
+            .map(|(key, value)| (key, i64::try_from(value).unwrap_or(i64::MAX)))
+            .collect();
+        let max_split = max_split_size.map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX));
+        map.insert("max_split_size".into(), max_split);
         map
     }
 
@@ -218,6 +237,7 @@ impl MemoryStats {
         self.num_ooms = 0;
         self.num_device_alloc = 0;
         self.num_device_free = 0;
+        self.num_sync_all_streams = 0;
     }
 
     /// The current values only, for comparing against a recount.

@@ -35,6 +35,9 @@ pub struct Allocation {
     pub requested: u64,
     /// The kind of segment (small or large pool) the block lives in.
     pub kind: SegmentKind,
+    /// The block's address: its segment's address plus `offset`. Free blocks of equal size
+    /// are reused lowest address first, as PyTorch reuses them by device address.
+    pub address: u64,
 }
 
 /// Limits that come from the device rather than from the configuration.
