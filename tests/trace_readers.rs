@@ -53,7 +53,7 @@ fn a_pytorch_snapshot_replays_its_allocations_in_order() {
         .iter()
         .filter_map(|op| match *op {
             TraceOp::Alloc { size, stream, .. } => Some((size, stream)),
-            TraceOp::Free { .. } => None,
+            TraceOp::Free { .. } | TraceOp::Refused { .. } => None,
         })
         .collect();
     // Two allocations from before recording (the 1 MiB block freed at event 2 and the

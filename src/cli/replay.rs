@@ -27,8 +27,19 @@ pub struct ReplayArgs {
     #[arg(long)]
     json: bool,
     /// Device memory in MiB, for per_process_memory_fraction.
-    #[arg(long, value_name = "MIB")]
+    #[arg(long, value_name = "MIB", conflicts_with = "device_memory_bytes")]
     device_memory_mb: Option<u64>,
+    /// Device memory in bytes, for per_process_memory_fraction where the size is not a whole
+    /// number of MiB (an H200 reports 150109880320 B).
+    #[arg(long, value_name = "BYTES")]
+    device_memory_bytes: Option<u64>,
+    /// Check every allocation against the trace's ids, read as the addresses PyTorch handed
+    /// out (`oom` rows: allocations PyTorch refused); new segments go where the trace says.
+    #[arg(long)]
+    oracle: bool,
+    /// Add `memory_stats`: the statistics as `torch.cuda.memory_stats()` returns them.
+    #[arg(long)]
+    stats: bool,
     /// Check the engine's invariants after every operation (slow).
     #[arg(long)]
     check: bool,
@@ -77,14 +88,13 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         None => Config::from_env(),
     }
     .map_err(Failure::bad_input)?;
-    let device_memory = args
-        .device_memory_mb
-        .map(|mb| mib_to_bytes(mb, "--device-memory-mb"))
-        .transpose()?;
+    let device_memory = device_memory(&args)?;
     let trace = load(&args)?;
     let options = ReplayOptions::default()
         .with_device_memory(device_memory)
-        .with_check_every_op(args.check);
+        .with_check_every_op(args.check)
+        .with_oracle(args.oracle)
+        .with_stats(args.stats);
     let recording = args.snapshot.is_some() || args.plot.is_some();
     let mut recorder = ReplayRecorder::new(
         if args.snapshot.is_some() {
@@ -187,6 +197,33 @@ fn text_report(file: &std::path::Path, format: &str, report: &ReplayReport) -> S
         "engine time        {:.1} ns/op (fastest of {} runs; median {:.1})",
         report.ns_per_op, report.timed_runs, report.ns_per_op_median
     ));
+    if let Some(oracle) = &report.oracle {
+        line(format!(
+            "oracle             {} allocations checked, {} divergences",
+            oracle.checked, oracle.divergences
+        ));
+        if let Some(first) = &oracle.first_divergence {
+            line(format!(
+                "first divergence   line {}: expected {:?}, got {:?}",
+                oracle.first_divergence_line.unwrap_or(0),
+                first.expected,
+                first.got
+            ));
+            line(format!(
+                "                   the expected address lies {}",
+                first.expected_lies
+            ));
+            line(format!(
+                "                   {} free blocks of the stream fit the {} B request",
+                first.candidates_total, first.rounded
+            ));
+        }
+    }
+    if let Some(stats) = &report.memory_stats {
+        for (key, value) in stats {
+            line(format!("{key:<42} {value}"));
+        }
+    }
     out
 }
 
@@ -197,10 +234,7 @@ fn run_compare(args: &ReplayArgs) -> Result<(), Failure> {
         None => std::env::var(wgpool::config::ENV_VAR).ok(),
     };
     let trace = load(args)?;
-    let device_memory = args
-        .device_memory_mb
-        .map(|mb| mib_to_bytes(mb, "--device-memory-mb"))
-        .transpose()?;
+    let device_memory = device_memory(args)?;
     let options = ReplayOptions::default()
         .with_device_memory(device_memory)
         .with_min_timed_runs(1);
@@ -224,4 +258,12 @@ fn load(args: &ReplayArgs) -> Result<wgpool::trace::Trace, Failure> {
         .with_device(args.trace_device);
     read_trace(&args.file, &read)
         .map_err(|e| Failure::bad_input(format!("{}: {e}", args.file.display())))
+}
+
+/// The device size from `--device-memory-mb` or `--device-memory-bytes`, if given.
+fn device_memory(args: &ReplayArgs) -> Result<Option<u64>, Failure> {
+    match args.device_memory_mb {
+        Some(mb) => Ok(Some(mib_to_bytes(mb, "--device-memory-mb")?)),
+        None => Ok(args.device_memory_bytes),
+    }
 }

@@ -48,10 +48,21 @@ impl TraceBuilder {
             }
         };
         self.live.insert(id, slot);
-        let next = self.streams.len() as u32;
-        let stream = *self.streams.entry(stream).or_insert(next);
-        self.push(TraceOp::Alloc { slot, size, stream }, position);
+        let stream = self.stream_number(stream);
+        self.push(TraceOp::Alloc { slot, size, stream }, id, position);
         Ok(())
+    }
+
+    /// An allocation of `size` bytes on `stream` that the recording allocator refused; replay
+    /// attempts it and expects out-of-memory.
+    pub fn refused(&mut self, size: u64, stream: u64, position: usize) {
+        let stream = self.stream_number(stream);
+        self.push(TraceOp::Refused { size, stream }, 0, position);
+    }
+
+    fn stream_number(&mut self, stream: u64) -> u32 {
+        let next = self.streams.len() as u32;
+        *self.streams.entry(stream).or_insert(next)
     }
 
     /// Frees the allocation under `id`.
@@ -60,12 +71,13 @@ impl TraceBuilder {
             return Err(format!("free of id {id}, which is not live"));
         };
         self.free_slots.push(slot);
-        self.push(TraceOp::Free { slot }, position);
+        self.push(TraceOp::Free { slot }, id, position);
         Ok(())
     }
 
-    fn push(&mut self, op: TraceOp, position: usize) {
+    fn push(&mut self, op: TraceOp, id: u64, position: usize) {
         self.trace.ops.push(op);
+        self.trace.ids.push(id);
         self.trace.positions.push(position);
     }
 

@@ -7,6 +7,7 @@ mod input;
 mod lines;
 mod observe;
 mod ops;
+mod oracle;
 mod parse;
 mod pickle_node;
 mod replay;
@@ -18,6 +19,7 @@ pub use input::{DEFAULT_MAX_INPUT_BYTES, ReadOptions, detect_format, read_trace,
 pub use lines::MAX_LINE_BYTES;
 pub use observe::ReplayObserver;
 pub use ops::{Trace, TraceFormat, TraceOp};
+pub use oracle::{Candidate, Divergence, OracleReport, OracleSegments, Outcome};
 pub use parse::{HEADER, parse_trace, read_wgpool_csv};
 pub use pickle_node::MAX_DEPTH as MAX_PICKLE_DEPTH;
 pub use replay::{ReplayOptions, ReplayReport, replay, replay_observed};

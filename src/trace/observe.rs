@@ -117,4 +117,8 @@ impl<S: SegmentSource, O: ReplayObserver> SegmentSource for Observed<'_, S, O> {
     fn release_held(&mut self, bytes: u64) {
         self.source.release_held(bytes);
     }
+
+    fn segment_address(&mut self, id: SegmentId, size: u64, kind: SegmentKind) -> Option<u64> {
+        self.source.segment_address(id, size, kind)
+    }
 }

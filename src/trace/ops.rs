@@ -43,6 +43,15 @@ pub enum TraceOp {
         /// The slot of the id being freed.
         slot: u32,
     },
+    /// An allocation the recording allocator refused with out-of-memory (an
+    /// `oom,0,SIZE,STREAM` row of wgpool's CSV). Replay attempts it; it holds no memory
+    /// afterwards, and the trace never frees it.
+    Refused {
+        /// Bytes asked for.
+        size: u64,
+        /// The stream, numbered as for [`TraceOp::Alloc`].
+        stream: u32,
+    },
 }
 
 /// A parsed, validated trace.
@@ -59,6 +68,10 @@ pub struct Trace {
     /// `device_traces` list (0 for an allocation made before the first recorded event).
     /// See [`Trace::position`].
     pub positions: Vec<usize>,
+    /// The id (or address) the input gave each operation (0 for a refused allocation). In a
+    /// trace recorded from PyTorch the ids are the addresses it handed out, which
+    /// `wgpool replay --oracle` checks.
+    pub ids: Vec<u64>,
     /// Allocations the input records as failed (RMM's `allocate failure`, PyTorch's `oom`);
     /// they hold no memory and are not replayed.
     pub failed_allocs: u64,

@@ -77,8 +77,12 @@ pub fn read_wgpool_csv(reader: impl BufRead, max_bytes: u64) -> Result<Trace, Tr
         let done = match action {
             "alloc" => builder.alloc(id, size, stream, line),
             "free" => builder.free(id, line),
+            "oom" => {
+                builder.refused(size, stream, line);
+                Ok(())
+            }
             other => Err(format!(
-                "unknown action `{}`; expected `alloc` or `free`",
+                "unknown action `{}`; expected `alloc`, `free` or `oom`",
                 excerpt(other)
             )),
         };
@@ -107,6 +111,21 @@ mod tests {
         );
         assert_eq!(t.positions, vec![2, 3, 4]);
         assert_eq!(t.position(0), Position::Line(2));
+    }
+
+    #[test]
+    fn keeps_ids_and_reads_refused_allocations() {
+        let t = parse_trace("alloc,4096,100,0\noom,0,7000,1\nfree,4096,100,0\n").unwrap();
+        assert_eq!(t.ids, vec![4096, 0, 4096]);
+        assert_eq!(
+            t.ops[1],
+            TraceOp::Refused {
+                size: 7000,
+                stream: 1
+            }
+        );
+        // A refused allocation takes no slot.
+        assert_eq!(t.slots, 1);
     }
 
     #[test]

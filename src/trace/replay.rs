@@ -1,10 +1,12 @@
 //! Replaying a trace through the engine over virtual segments, with no GPU.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde::Serialize;
 
 use super::observe::{Observed, ReplayObserver};
+use super::oracle::{OracleCheck, OracleReport, OracleSegments, Outcome, explain};
 use super::{Trace, TraceOp};
 use crate::config::Config;
 use crate::engine::{AllocError, BlockId, Engine, EngineLimits, VirtualSegments};
@@ -50,6 +52,14 @@ pub struct ReplayReport {
     pub ns_per_op_median: f64,
     /// How many times the trace was replayed to time it.
     pub timed_runs: u32,
+    /// With [`ReplayOptions::oracle`]: every allocation checked against the trace's
+    /// addresses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<OracleReport>,
+    /// With [`ReplayOptions::stats`]: the statistics after the last operation, as
+    /// `torch.cuda.memory_stats()` returns them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_stats: Option<BTreeMap<String, i64>>,
 }
 
 /// Replay settings beyond the configuration.
@@ -70,6 +80,12 @@ pub struct ReplayOptions {
     pub check_every_op: bool,
     /// Minimum number of timed runs.
     pub min_timed_runs: u32,
+    /// Treat the trace's ids as the addresses the recording allocator handed out: place
+    /// each new segment at its first allocation's address and check every allocation's
+    /// address (and every `oom` row) against the trace. Replays once, untimed.
+    pub oracle: bool,
+    /// Report the statistics as `torch.cuda.memory_stats()` does.
+    pub stats: bool,
 }
 
 impl Default for ReplayOptions {
@@ -78,6 +94,8 @@ impl Default for ReplayOptions {
             device_memory: None,
             check_every_op: false,
             min_timed_runs: 5,
+            oracle: false,
+            stats: false,
         }
     }
 }
@@ -100,33 +118,52 @@ impl ReplayOptions {
         self.min_timed_runs = runs;
         self
     }
+
+    /// These options, checking the trace against its addresses (`--oracle`) or not.
+    pub fn with_oracle(mut self, oracle: bool) -> Self {
+        self.oracle = oracle;
+        self
+    }
+
+    /// These options, reporting PyTorch's `memory_stats` dictionary (`--stats`) or not.
+    pub fn with_stats(mut self, stats: bool) -> Self {
+        self.stats = stats;
+        self
+    }
 }
 
 struct RunResult {
     engine: Engine,
     peak_live: u64,
     elapsed_ns: u128,
+    oracle: Option<OracleCheck>,
 }
 
+/// Replays the first `stop` operations (all of them for `None`).
 fn run_once<O: ReplayObserver>(
     trace: &Trace,
     config: &Config,
     options: &ReplayOptions,
     observer: &mut O,
+    stop: Option<usize>,
 ) -> Result<RunResult, String> {
     let limits = EngineLimits::unlimited().with_device_memory(options.device_memory);
     let mut engine = Engine::new(config.clone(), limits).map_err(|e| e.to_string())?;
     // Free pieces of split segments add records beyond the live blocks.
     engine.reserve_blocks(2 * trace.slots + 64);
     let mut device = Observed {
-        source: VirtualSegments::unlimited(),
+        source: OracleSegments::new(VirtualSegments::unlimited()),
         observer,
     };
+    let mut check = options.oracle.then(OracleCheck::default);
     let mut slots: Vec<Option<(BlockId, u64, u32)>> = vec![None; trace.slots];
     let mut live: u64 = 0;
     let mut peak_live: u64 = 0;
     let start = Instant::now();
-    for (i, op) in trace.ops.iter().enumerate() {
+    for (i, op) in trace.ops[..stop.unwrap_or(trace.ops.len())]
+        .iter()
+        .enumerate()
+    {
         match *op {
             TraceOp::Alloc { slot, size, stream } => {
                 if size == 0 {
@@ -135,7 +172,15 @@ fn run_once<O: ReplayObserver>(
                 if O::ACTIVE {
                     device.observer.before_alloc(i, size, stream);
                 }
-                match engine.allocate(size, stream, &mut device) {
+                if check.is_some() {
+                    device.source.expect(trace.ids.get(i).copied());
+                }
+                let result = engine.allocate(size, stream, &mut device);
+                if let Some(check) = check.as_mut() {
+                    let address = trace.ids.get(i).copied().unwrap_or(0);
+                    check.compare(i, Outcome::Address { address }, &result);
+                }
+                match result {
                     Ok(a) => {
                         slots[slot as usize] = Some((a.block, size, stream));
                         live += size;
@@ -144,6 +189,29 @@ fn run_once<O: ReplayObserver>(
                             device.observer.on_alloc(i, &a, stream);
                         }
                     }
+                    Err(AllocError::OutOfMemory(_)) => {
+                        if O::ACTIVE {
+                            device.observer.on_oom(i, size, stream);
+                        }
+                    }
+                    Err(e) => return Err(format!("{}: {e}", trace.position(i))),
+                }
+            }
+            TraceOp::Refused { size, stream } => {
+                if size == 0 {
+                    continue;
+                }
+                device.source.expect(None);
+                let result = engine.allocate(size, stream, &mut device);
+                if let Some(check) = check.as_mut() {
+                    check.compare(i, Outcome::OutOfMemory, &result);
+                }
+                match result {
+                    // The recording allocator refused it and the trace never frees it: it
+                    // holds nothing afterwards here either.
+                    Ok(a) => engine
+                        .free(a.block, &mut device)
+                        .map_err(|e| e.to_string())?,
                     Err(AllocError::OutOfMemory(_)) => {
                         if O::ACTIVE {
                             device.observer.on_oom(i, size, stream);
@@ -181,6 +249,36 @@ fn run_once<O: ReplayObserver>(
         engine,
         peak_live,
         elapsed_ns,
+        oracle: check,
+    })
+}
+
+/// The oracle's report, explaining the first divergence from a replay stopped just before it.
+fn oracle_report(
+    trace: &Trace,
+    config: &Config,
+    options: &ReplayOptions,
+    check: &OracleCheck,
+) -> Result<OracleReport, String> {
+    let first_divergence = match check.first {
+        None => None,
+        Some((op, expected, got)) => {
+            let before = run_once(trace, config, options, &mut (), Some(op))?;
+            match trace.ops[op] {
+                TraceOp::Alloc { size, stream, .. } | TraceOp::Refused { size, stream } => {
+                    Some(explain(&before.engine, config, size, stream, expected, got))
+                }
+                TraceOp::Free { .. } => None,
+            }
+        }
+    };
+    Ok(OracleReport {
+        checked: check.checked,
+        divergences: check.divergences,
+        first_divergence_line: check.first.map(|(op, _, _)| trace.positions[op]),
+        expected: check.first.map(|(_, expected, _)| expected),
+        got: check.first.map(|(_, _, got)| got),
+        first_divergence,
     })
 }
 
@@ -211,7 +309,7 @@ pub fn replay_observed<O: ReplayObserver>(
     options: &ReplayOptions,
     observer: &mut O,
 ) -> Result<ReplayReport, String> {
-    let first = run_once(trace, config, options, observer)?;
+    let first = run_once(trace, config, options, observer, None)?;
     let timing_options = ReplayOptions {
         check_every_op: false,
         ..*options
@@ -222,12 +320,18 @@ pub fn replay_observed<O: ReplayObserver>(
         first.elapsed_ns
     }];
     let budget = Instant::now();
-    while times.len() < options.min_timed_runs.max(1) as usize || budget.elapsed().as_millis() < 200
+    // An oracle replay is checked, not timed: its one run is the measurement.
+    while !options.oracle
+        && (times.len() < options.min_timed_runs.max(1) as usize
+            || budget.elapsed().as_millis() < 200)
     {
-        times.push(run_once(trace, config, &timing_options, &mut ())?.elapsed_ns);
+        times.push(run_once(trace, config, &timing_options, &mut (), None)?.elapsed_ns);
         if times.len() > 1000 {
             break;
         }
+    }
+    if options.oracle && options.check_every_op {
+        times.push(first.elapsed_ns);
     }
     times.retain(|&t| t != u128::MAX);
     times.sort_unstable();
@@ -269,5 +373,10 @@ pub fn replay_observed<O: ReplayObserver>(
         ns_per_op: per_op(fastest),
         ns_per_op_median: per_op(median),
         timed_runs: times.len() as u32,
+        oracle: match &first.oracle {
+            Some(check) => Some(oracle_report(trace, config, options, check)?),
+            None => None,
+        },
+        memory_stats: options.stats.then(|| first.engine.pytorch_memory_stats()),
     })
 }
