@@ -400,20 +400,19 @@ fn roundup_power2_divisions_rounds_to_equal_steps() {
 }
 
 #[test]
-fn roundup_power2_divisions_list_form_applies_per_interval() {
-    // `K:N` covers sizes below K MiB and at or above the previous key; `>:N` the rest.
+fn roundup_power2_divisions_list_form_follows_pytorchs_parser() {
+    // PyTorch 2.11 (checked on an H200): `K:N` covers [K, 2K) MiB, the first entry also
+    // everything below it, `>:N` everything above the previous entry's interval.
     let conf = "policy:pytorch,roundup_power2_divisions:[256:1,512:2,>:8]";
     let mut pool = Pool::new(conf);
     let cases = [
-        (100 * MIB + 1, 100 * MIB + 512), // below 256: 1 division, 512 B rounding only
-        (254 * MIB + 1, 254 * MIB + 512), // still below 256
-        (256 * MIB, 256 * MIB),           // a power of two stays
-        (257 * MIB, 384 * MIB),           // [256, 512): 2 divisions of 128 MiB
-        (300 * MIB + 1, 384 * MIB),
-        (385 * MIB, 512 * MIB),
-        (513 * MIB, 576 * MIB), // at or above 512: 8 divisions of 64 MiB
-        (600 * MIB, 640 * MIB),
-        (1100 * MIB, 1152 * MIB), // 8 divisions of 128 MiB above 1 GiB
+        (100 * MIB + 1, 100 * MIB + 512), // below 256: the first entry, 1 division
+        (300 * MIB + 1, 300 * MIB + 512), // [256, 512): 1 division, 512 B rounding only
+        (511 * MIB, 511 * MIB),
+        (512 * MIB, 512 * MIB),   // a power of two stays
+        (513 * MIB, 768 * MIB),   // [512, 1024): 2 divisions of 256 MiB
+        (800 * MIB, 1024 * MIB),  // still 2 divisions
+        (1100 * MIB, 1152 * MIB), // from 1 GiB: 8 divisions of 128 MiB
     ];
     for (request, expected) in cases {
         let a = pool.alloc(request);
@@ -424,11 +423,11 @@ fn roundup_power2_divisions_list_form_applies_per_interval() {
             expected.div_ceil(2 * MIB) * 2 * MIB
         );
     }
-    // Without `>`, the last entry's divisions continue above it.
+    // Without `>`, sizes above the last entry's interval keep 512 B rounding.
     let mut pool = Pool::new("policy:pytorch,roundup_power2_divisions:[64:2]");
     assert_eq!(pool.alloc(40 * MIB).block_size, 48 * MIB);
     assert_eq!(pool.alloc(100 * MIB).block_size, 128 * MIB);
-    assert_eq!(pool.alloc(1100 * MIB).block_size, 1536 * MIB);
+    assert_eq!(pool.alloc(1100 * MIB + 1).block_size, 1100 * MIB + 512);
 }
 
 // ---------------------------------------------------------------------------------------

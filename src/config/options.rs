@@ -205,9 +205,12 @@ pub const OPTIONS: &[OptionSpec] = &[
                   whose optional last entry `>:N` covers larger sizes",
         meaning: "Round sizes up to the next of N equal steps between two powers of two \
                   (2500 KiB with 4 divisions becomes 2560 KiB). Sizes of at most 512 B times N \
-                  keep plain 512 B rounding, so every size stays a multiple of 512 B. In the \
-                  list form, `K:N` applies to sizes below K MiB and at or above the previous \
-                  key.",
+                  keep plain 512 B rounding, so every size stays a multiple of 512 B. The list \
+                  form means what PyTorch 2.11's parser makes of it: `K:N` covers sizes from K \
+                  up to 2K MiB, the first entry also every size below K, `>:N` every size above \
+                  the previous entry's interval, and sizes no entry covers get 512 B rounding \
+                  only (so `[256:1,512:2,>:8]` gives 2 divisions to 512 MiB up to 1 GiB and 8 \
+                  from 1 GiB up).",
         apply: apply_roundup,
         render: |c| {
             if c.roundup_power2_divisions == RoundupDivisions::none() {

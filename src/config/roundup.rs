@@ -3,24 +3,36 @@
 /// Largest number of divisions accepted for one interval.
 pub const MAX_DIVISIONS: u32 = 1024;
 
+/// How many intervals PyTorch's table has: sizes below 2 MiB, then one per power of two
+/// from 2 MiB up, the last also covering everything from 32 GiB up.
+const INTERVALS: usize = 16;
+
 /// Division counts by request size.
 ///
 /// With `N` divisions, a size between two powers of two `2^k < size < 2^(k+1)` is rounded
 /// up to the next multiple of `2^k / N`; powers of two stay as they are. One or zero
 /// divisions means no rounding beyond the 512 B granule.
 ///
-/// The list form `[256:1,512:2,>:8]` is read as PyTorch's documentation states it: each
-/// `K:N` entry covers sizes below `K` MiB and at or above the previous key, the first entry
-/// also covers everything below it, and `>:N` covers sizes at or above the last key. (PyTorch
-/// 2.x's parser indexes its table so that a key `K` covers `[K, 2K)` MiB instead; wgpool
-/// follows the documented meaning and says so here and in the README.)
+/// The list form `[256:1,512:2,>:8]` means what PyTorch 2.11's parser makes of it (checked
+/// against PyTorch on an H200; PyTorch's documentation says otherwise). PyTorch keeps one
+/// count per interval `[2^k, 2^(k+1))` MiB, for `k` from 0 (which also covers every size
+/// below 1 MiB) to 15 (which also covers everything above):
+/// - an entry `K:N` sets the interval `[K, 2K)` MiB (keys above 32768 MiB set the last one);
+/// - the first entry also sets every interval below its key;
+/// - `>:N` sets every interval above the previous entry's;
+/// - intervals no entry sets keep 0: 512 B rounding only.
+///
+/// So `[256:1,512:2,>:8]` rounds sizes below 512 MiB to 512 B only, gives 2 divisions to
+/// `[512, 1024)` MiB and 8 to everything from 1 GiB up; and `[64:2]` gives 2 divisions to
+/// sizes below 128 MiB and none above.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoundupDivisions {
-    /// `(upper bound in bytes, divisions)` in increasing bound order.
-    bounded: Vec<(u64, u32)>,
-    /// Divisions for sizes at or above the last bound (or for every size if `bounded` is
-    /// empty).
-    rest: u32,
+    /// The list's `(key in MiB, divisions)` entries, in order, for rendering.
+    entries: Vec<(u64, u32)>,
+    /// The list's `>` entry, or the single count of the scalar form.
+    rest: Option<u32>,
+    /// Divisions per interval, as PyTorch's table holds them.
+    table: [u32; INTERVALS],
     /// Whether the value was written in list form, to render it back the same way.
     list_form: bool,
 }
@@ -29,8 +41,9 @@ impl RoundupDivisions {
     /// No division rounding.
     pub fn none() -> Self {
         RoundupDivisions {
-            bounded: Vec::new(),
-            rest: 0,
+            entries: Vec::new(),
+            rest: None,
+            table: [0; INTERVALS],
             list_form: false,
         }
     }
@@ -38,21 +51,33 @@ impl RoundupDivisions {
     /// The same number of divisions for every size.
     pub fn uniform(divisions: u32) -> Self {
         RoundupDivisions {
-            bounded: Vec::new(),
-            rest: divisions,
+            entries: Vec::new(),
+            rest: Some(divisions),
+            table: [divisions; INTERVALS],
             list_form: false,
         }
     }
 
-    /// Per-interval divisions: `bounds` are `(upper bound in MiB, divisions)` with increasing
-    /// bounds; `rest` applies at or above the last bound. `rest: None` repeats the last
-    /// entry's divisions, as an absent `>` entry does in the list form.
-    pub(crate) fn from_list(bounds: Vec<(u64, u32)>, rest: Option<u32>) -> Self {
-        let rest = rest.or_else(|| bounds.last().map(|&(_, d)| d)).unwrap_or(0);
-        let bounded = bounds.into_iter().map(|(mb, d)| (mb << 20, d)).collect();
+    /// Per-interval divisions from the list form: `entries` are `(key in MiB, divisions)`
+    /// with power-of-two keys, and `rest` is the `>` entry, which follows them.
+    pub(crate) fn from_list(entries: Vec<(u64, u32)>, rest: Option<u32>) -> Self {
+        let mut table = [0; INTERVALS];
+        let mut last_index = 0;
+        for (position, &(mb, divisions)) in entries.iter().enumerate() {
+            let index = (mb.max(1).ilog2() as usize).min(INTERVALS - 1);
+            if position == 0 {
+                table[..index].fill(divisions);
+            }
+            table[index] = divisions;
+            last_index = index;
+        }
+        if let Some(divisions) = rest {
+            table[(last_index + 1).min(INTERVALS)..].fill(divisions);
+        }
         RoundupDivisions {
-            bounded,
+            entries,
             rest,
+            table,
             list_form: true,
         }
     }
@@ -60,30 +85,28 @@ impl RoundupDivisions {
     /// Divisions that apply to a request of `size` bytes.
     #[inline]
     pub fn divisions_for(&self, size: u64) -> u32 {
-        for &(bound, divisions) in &self.bounded {
-            if size < bound {
-                return divisions;
-            }
-        }
-        self.rest
+        let log2 = size.max(1).ilog2() as usize;
+        self.table[log2.saturating_sub(20).min(INTERVALS - 1)]
     }
 
     /// True when no size gets more than one division.
     pub fn is_none(&self) -> bool {
-        self.rest <= 1 && self.bounded.iter().all(|&(_, d)| d <= 1)
+        self.table.iter().all(|&d| d <= 1)
     }
 
     /// The value in `WGPOOL_CONF` syntax.
     pub fn render(&self) -> String {
         if !self.list_form {
-            return self.rest.to_string();
+            return self.rest.unwrap_or(0).to_string();
         }
         let mut parts: Vec<String> = self
-            .bounded
+            .entries
             .iter()
-            .map(|&(bound, d)| format!("{}:{}", bound >> 20, d))
+            .map(|&(mb, d)| format!("{mb}:{d}"))
             .collect();
-        parts.push(format!(">:{}", self.rest));
+        if let Some(rest) = self.rest {
+            parts.push(format!(">:{rest}"));
+        }
         format!("[{}]", parts.join(","))
     }
 }
@@ -92,20 +115,47 @@ impl RoundupDivisions {
 mod tests {
     use super::*;
 
+    const MIB: u64 = 1 << 20;
+
     #[test]
-    fn list_entries_cover_sizes_below_their_key() {
+    fn list_entries_set_the_interval_from_their_key_up() {
+        // As PyTorch 2.11 parses `[256:1,512:2,1024:4,>:8]`.
         let d = RoundupDivisions::from_list(vec![(256, 1), (512, 2), (1024, 4)], Some(8));
-        assert_eq!(d.divisions_for(1 << 20), 1);
-        assert_eq!(d.divisions_for((256 << 20) - 1), 1);
-        assert_eq!(d.divisions_for(300 << 20), 2);
-        assert_eq!(d.divisions_for(600 << 20), 4);
-        assert_eq!(d.divisions_for(1024 << 20), 8);
-        assert_eq!(d.divisions_for(5 << 30), 8);
+        assert_eq!(d.divisions_for(1000), 1);
+        assert_eq!(d.divisions_for(300 * MIB), 1);
+        assert_eq!(d.divisions_for(511 * MIB), 1);
+        assert_eq!(d.divisions_for(512 * MIB), 2);
+        assert_eq!(d.divisions_for(1023 * MIB), 2);
+        assert_eq!(d.divisions_for(1024 * MIB), 4);
+        assert_eq!(d.divisions_for(2047 * MIB), 4);
+        assert_eq!(d.divisions_for(2048 * MIB), 8);
+        assert_eq!(d.divisions_for(100 << 30), 8);
     }
 
     #[test]
-    fn missing_rest_repeats_last_entry() {
+    fn intervals_no_entry_sets_keep_no_rounding() {
+        // Without `>`, sizes above the last entry's interval are not rounded.
         let d = RoundupDivisions::from_list(vec![(64, 2)], None);
-        assert_eq!(d.divisions_for(1 << 30), 2);
+        assert_eq!(d.divisions_for(MIB), 2);
+        assert_eq!(d.divisions_for(127 * MIB), 2);
+        assert_eq!(d.divisions_for(128 * MIB), 0);
+        // A gap between two entries is not filled either.
+        let d = RoundupDivisions::from_list(vec![(4, 2), (64, 8)], None);
+        assert_eq!(d.divisions_for(5 * MIB), 2);
+        assert_eq!(d.divisions_for(8 * MIB), 0);
+        assert_eq!(d.divisions_for(64 * MIB), 8);
+        // Keys beyond 32 GiB all set the last interval.
+        let d = RoundupDivisions::from_list(vec![(1, 1), (1 << 20, 4)], None);
+        assert_eq!(d.divisions_for(32 << 30), 4);
+        assert_eq!(d.divisions_for(16 << 30), 0);
+    }
+
+    #[test]
+    fn renders_what_was_written() {
+        let d = RoundupDivisions::from_list(vec![(64, 2)], None);
+        assert_eq!(d.render(), "[64:2]");
+        let d = RoundupDivisions::from_list(vec![(256, 1), (512, 2)], Some(8));
+        assert_eq!(d.render(), "[256:1,512:2,>:8]");
+        assert_eq!(RoundupDivisions::uniform(4).render(), "4");
     }
 }
