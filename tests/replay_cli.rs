@@ -411,6 +411,69 @@ fn a_pytorch_snapshot_replays_from_the_command_line() {
     assert_eq!(u(&report, "ops"), 6);
     // Live peak: 1 MiB + 3000 + 1000 before the 1 MiB free, then 3000 + 1000 + 5 MiB.
     assert_eq!(u(&report, "peak_live_bytes"), 5 * MIB + 4000);
+
+#[test]
+fn oracle_and_stats_flags_report_pytorchs_view() {
+    // Two 1000 B blocks at the base of one 2 MiB segment and 1024 B above it, as PyTorch
+    // places them; then a block PyTorch put at the base again after both were freed.
+    let base = 140_000_000_000_000u64;
+    let trace = TraceFile::new(&format!(
+        "alloc,{base},1000,0\nalloc,{},1000,0\nfree,{base},1000,0\nfree,{},1000,0\n\
+         alloc,{base},1000,0\n",
+        base + 1024,
+        base + 1024
+    ));
+    let v = replay_json(&trace, Some("policy:pytorch"), &["--oracle", "--stats"]);
+    assert_eq!(v["oracle"]["checked"], 3);
+    assert_eq!(v["oracle"]["divergences"], 0);
+    assert!(v["oracle"]["first_divergence_line"].is_null());
+    let stats = v["memory_stats"].as_object().unwrap();
+    assert_eq!(stats.len(), 122, "every key of torch.cuda.memory_stats()");
+    assert_eq!(stats["reserved_bytes.all.current"], 2 * MIB);
+    assert_eq!(stats["allocation.small_pool.allocated"], 3);
+    assert_eq!(stats["max_split_size"], -1);
+    assert_eq!(stats["num_sync_all_streams"], 0);
+    // PyTorch reusing the upper block instead is a divergence on line 6.
+    let moved = TraceFile::new(&format!(
+        "alloc,{base},1000,0\nalloc,{},1000,0\nfree,{base},1000,0\nfree,{},1000,0\n\
+         alloc,{},1000,0\n",
+        base + 1024,
+        base + 1024,
+        base + 1024
+    ));
+    let v = replay_json(&moved, Some("policy:pytorch"), &["--oracle"]);
+    assert_eq!(v["oracle"]["divergences"], 1);
+    assert_eq!(v["oracle"]["first_divergence_line"], 6);
+    assert_eq!(v["oracle"]["expected"]["address"], base + 1024);
+    assert_eq!(v["oracle"]["got"]["address"], base);
+    assert!(v.get("memory_stats").is_none());
+}
+
+#[test]
+fn device_memory_bytes_is_accepted_and_conflicts_with_mib() {
+    // An H200's 150109880320 B is not a whole number of MiB; PyTorch's cap is
+    // size_t(fraction * double(total)).
+    let trace = TraceFile::new("alloc,1,1000,0\n");
+    let fraction = 0.04075918533115249f64;
+    let conf = format!("policy:pytorch,per_process_memory_fraction:{fraction}");
+    let v = replay_json(
+        &trace,
+        Some(&conf),
+        &["--stats", "--device-memory-bytes", "150109880320"],
+    );
+    assert_eq!(v["memory_stats"]["reserved_bytes.all.current"], 2 * MIB);
+    let out = wgpool(
+        &[
+            "replay",
+            trace.0.to_str().unwrap(),
+            "--device-memory-bytes",
+            "1",
+            "--device-memory-mb",
+            "1",
+        ],
+        None,
+    );
+    assert!(!out.status.success(), "the two sizes conflict");
 }
 
 #[test]
