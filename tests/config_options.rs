@@ -408,7 +408,7 @@ fn roundup_power2_divisions_list_form_follows_pytorchs_parser() {
     let cases = [
         (100 * MIB + 1, 100 * MIB + 512), // below 256: the first entry, 1 division
         (300 * MIB + 1, 300 * MIB + 512), // [256, 512): 1 division, 512 B rounding only
-        (511 * MIB, 511 * MIB),
+        (510 * MIB + 1, 510 * MIB + 512),
         (512 * MIB, 512 * MIB),   // a power of two stays
         (513 * MIB, 768 * MIB),   // [512, 1024): 2 divisions of 256 MiB
         (800 * MIB, 1024 * MIB),  // still 2 divisions
