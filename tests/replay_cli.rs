@@ -411,6 +411,7 @@ fn a_pytorch_snapshot_replays_from_the_command_line() {
     assert_eq!(u(&report, "ops"), 6);
     // Live peak: 1 MiB + 3000 + 1000 before the 1 MiB free, then 3000 + 1000 + 5 MiB.
     assert_eq!(u(&report, "peak_live_bytes"), 5 * MIB + 4000);
+}
 
 #[test]
 fn oracle_and_stats_flags_report_pytorchs_view() {
