@@ -294,3 +294,32 @@ fn the_segment_source_holds_unmapped_memory_and_frees_what_the_engine_releases()
     let error = memory.map_pages(id, &[100..4096]).unwrap_err();
     assert!(!error.is_out_of_memory(), "{error}");
 }
+
+/// A device created by plain `request_device` has no sparse binding: pools on it use fixed
+/// segments, and say why in `memory_mode_reason` and the summary.
+#[test]
+fn pools_on_a_device_without_sparse_binding_use_fixed_segments() {
+    use wgpool::config::Config;
+    use wgpool::pool::{MemoryMode, Pool};
+    let plain = common::own(|| {
+        let adapter = gpu().adapter();
+        pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            required_limits: adapter.limits(),
+            ..Default::default()
+        }))
+        .unwrap()
+    });
+    let (device, queue) = &*plain;
+    let why = sparse_device(device).unwrap_err();
+    assert!(why.reason.contains("request_device"), "{why}");
+    let pool = Pool::new(device, queue, Config::default()).unwrap();
+    assert_eq!(pool.memory_mode(), MemoryMode::Segments);
+    let block = pool.alloc(3 << 20).unwrap();
+    pool.write(&block, &[9u8; 4096]).unwrap();
+    assert_eq!(pool.read(&block).unwrap()[..4096], [9u8; 4096]);
+    let usage = pool.device_memory_usage();
+    assert_eq!(usage.mode, MemoryMode::Segments);
+    assert_eq!(usage.device_bytes, pool.memory_reserved());
+    assert_eq!(usage.allocations, 1);
+    assert!(pool.memory_summary().contains("memory mode: segments"));
+}

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 use wgpool::format::bytes;
+use wgpool::gpu::sparse::{AdapterPageMapping, adapter_page_mapping};
 use wgpool::gpu::{
     AdapterSummary, DeviceMemoryInfo, GpuError, HeadlessOptions, create_instance,
     enumerate_adapters,
@@ -130,6 +131,36 @@ struct AdapterReport {
     features: Vec<&'static str>,
     /// `null` off Vulkan (there is no portable memory query).
     memory: Option<MemoryReport>,
+    /// Whether pools on a device opened by wgpool map pages, and why not.
+    page_mapping: PageMappingReport,
+}
+
+/// The memory mode pools get on the adapter (`pages` or `segments`) and why.
+#[derive(Serialize)]
+struct PageMappingReport {
+    mode: &'static str,
+    /// What the adapter offers, where it can map pages.
+    #[serde(flatten)]
+    support: Option<AdapterPageMapping>,
+    /// Why pools fall back to fixed segments, where it cannot.
+    reason: Option<String>,
+}
+
+impl PageMappingReport {
+    fn new(adapter: &wgpu::Adapter) -> PageMappingReport {
+        match adapter_page_mapping(adapter) {
+            Ok(support) => PageMappingReport {
+                mode: "pages",
+                support: Some(support),
+                reason: None,
+            },
+            Err(why) => PageMappingReport {
+                mode: "segments",
+                support: None,
+                reason: Some(why.reason),
+            },
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -173,6 +204,7 @@ pub fn run(args: InfoArgs) -> Result<(), Failure> {
                     device_local_bytes: info.device_local_bytes(),
                     info,
                 }),
+                page_mapping: PageMappingReport::new(adapter),
             }
         })
         .collect();
@@ -281,6 +313,21 @@ fn render_adapter(r: &AdapterReport) -> String {
     println(format!("  features ({}):", r.features.len()));
     for chunk in r.features.chunks(3) {
         println(format!("    {}", chunk.join(", ")));
+    }
+    match (&r.page_mapping.support, &r.page_mapping.reason) {
+        (Some(s), _) => println!(
+            "  memory mode   pages (Vulkan sparse binding; {} address space; binds on {})",
+            bytes(s.address_space),
+            if s.own_bind_queue {
+                "a queue of the pool's own"
+            } else {
+                "wgpu's queue, serialized with its submissions"
+            }
+        ),
+        (None, reason) => println!(
+            "  memory mode   segments ({})",
+            reason.as_deref().unwrap_or("no page mapping")
+        ),
     }
     match &r.memory {
         None => println("  memory heaps: not available on this backend".to_string()),

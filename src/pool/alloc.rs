@@ -37,22 +37,20 @@ impl Pool {
 
     fn alloc_through_engine(&self, size: u64) -> Result<Block, AllocError> {
         let mut state = self.shared.lock_flushed();
-        let PoolState {
-            engine, segments, ..
-        } = &mut *state;
-        let placed = match engine.allocate(size, 0, segments) {
+        let PoolState { engine, memory, .. } = &mut *state;
+        let placed = match engine.allocate(size, 0, memory) {
             Ok(allocation) => {
-                if let Some(log) = &mut segments.history {
+                if let Some(log) = &mut memory.history {
                     log.block(Action::Alloc, &allocation, 0, now_us());
                 }
-                let buffer = segments.buffer(allocation.segment).clone();
+                let buffer = memory.buffer(allocation.segment).clone();
                 BlockParts::new(allocation, buffer, Residency::Device)
             }
             Err(AllocError::OutOfMemory(oom)) if engine.config().overflow == Overflow::Host => {
                 self.overflow_to_host(&mut state, size, oom)?
             }
             Err(error) => {
-                if let (Some(log), AllocError::OutOfMemory(_)) = (&mut segments.history, &error) {
+                if let (Some(log), AllocError::OutOfMemory(_)) = (&mut memory.history, &error) {
                     log.oom(size, 0, now_us());
                 }
                 return Err(error);
@@ -111,17 +109,18 @@ fn record_overflow(state: &mut PoolState) {
 
 impl Pool {
     /// Destroys every cached segment buffer that holds no live block, in device and host
-    /// memory; `reserved_bytes` drops by their total size. Blocks held back until a
-    /// submission point are live: their segments stay.
+    /// memory; `reserved_bytes` drops by their total size. In pages mode, unmaps every idle
+    /// page and frees the device memory behind it. Blocks held back until a submission
+    /// point are live: their segments (or pages) stay.
     pub fn empty_cache(&self) {
         let mut state = self.shared.lock_flushed();
         let PoolState {
             engine,
-            segments,
+            memory,
             host,
             ..
         } = &mut *state;
-        engine.empty_cache(segments);
+        engine.empty_cache(memory);
         if let Some(host) = host {
             host.engine.empty_cache(&mut host.segments);
         }

@@ -1,20 +1,27 @@
-//! `check_consistency`: the engine's invariants plus the buffers behind its segments.
+//! `check_consistency`: the engine's invariants plus the memory behind its segments.
 
 use super::Pool;
+use super::backing::Source;
 use super::device_segments::DeviceSegments;
 use crate::engine::Engine;
+use crate::gpu::sparse::PagedMemory;
 
 impl Pool {
     /// Checks the engine's invariants (statistics equal a recount, blocks tile their
-    /// segments) and that every segment has a live buffer of its size, for device and host
-    /// memory. For tests and for debugging an application; it walks every block.
+    /// segments) and the memory behind them, for device and host memory: every segment has
+    /// a live buffer of its size; in pages mode, every range has its buffer and every live
+    /// block lies on mapped pages. For tests and for debugging an application; it walks every
+    /// block.
     ///
     /// # Errors
     ///
     /// A description of the first inconsistency found.
     pub fn check_consistency(&self) -> Result<(), String> {
         let state = self.shared.lock_flushed();
-        check_tier(&state.engine, &state.segments)?;
+        match &state.memory.source {
+            Source::Segments(segments) => check_tier(&state.engine, segments)?,
+            Source::Pages(pages) => check_pages(&state.engine, pages)?,
+        }
         if let Some(host) = &state.host {
             check_tier(&host.engine, &host.segments).map_err(|e| format!("host memory: {e}"))?;
         }
@@ -40,6 +47,34 @@ fn check_tier(engine: &Engine, segments: &DeviceSegments) -> Result<(), String> 
     let count = engine.memory_stats().segment.all.current as usize;
     if live != count {
         return Err(format!("{live} segment buffers exist for {count} segments"));
+    }
+    Ok(())
+}
+
+/// Checks the engine's invariants, that every range has a buffer of its size and that every
+/// live block lies on mapped pages.
+fn check_pages(engine: &Engine, pages: &PagedMemory) -> Result<(), String> {
+    engine.check_invariants()?;
+    for range in engine.snapshot() {
+        let Some(buffer) = pages.buffer(range.id.0) else {
+            return Err(format!("range {} has no buffer", range.id.0));
+        };
+        if buffer.size() < range.size {
+            return Err(format!(
+                "range {} has {} bytes but its buffer {}",
+                range.id.0,
+                range.size,
+                buffer.size()
+            ));
+        }
+        for block in range.blocks.iter().filter(|b| b.allocated) {
+            if !pages.is_mapped(range.id.0, block.offset, block.size) {
+                return Err(format!(
+                    "the live block at {}+{} of range {} lies on unmapped pages",
+                    block.offset, block.size, range.id.0
+                ));
+            }
+        }
     }
     Ok(())
 }

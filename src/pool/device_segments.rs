@@ -1,8 +1,9 @@
 //! The wgpu buffers behind the engine's segments.
 
+use std::time::{Duration, Instant};
+
 use crate::engine::{SegmentId, SegmentKind, SegmentSource, SourceError};
 use crate::gpu::scope::{CaughtError, catch};
-use crate::history::EventLog;
 
 /// One wgpu buffer per live segment, indexed by segment id.
 ///
@@ -16,8 +17,20 @@ pub(crate) struct DeviceSegments {
     usage: wgpu::BufferUsages,
     label: String,
     buffers: Vec<Option<wgpu::Buffer>>,
-    /// The event log, while the pool records its history (`Pool::record_history`).
-    pub history: Option<EventLog>,
+    counters: SegmentCounters,
+}
+
+/// Segment buffers made and held, and the time wgpu and the driver took for them.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SegmentCounters {
+    /// Buffers created.
+    pub created: u64,
+    /// Bytes of live buffers.
+    pub live_bytes: u64,
+    /// The peak of `live_bytes`.
+    pub peak_bytes: u64,
+    /// Time in `create_buffer` and `destroy`.
+    pub driver_time: Duration,
 }
 
 impl DeviceSegments {
@@ -27,7 +40,7 @@ impl DeviceSegments {
             usage,
             label,
             buffers: Vec::new(),
-            history: None,
+            counters: SegmentCounters::default(),
         }
     }
 
@@ -43,9 +56,9 @@ impl DeviceSegments {
         self.buffers.iter().filter(|b| b.is_some()).count()
     }
 
-    /// The usages every segment buffer has.
-    pub fn usage(&self) -> wgpu::BufferUsages {
-        self.usage
+    /// Buffers made and held, and their cost.
+    pub fn counters(&self) -> SegmentCounters {
+        self.counters
     }
 }
 
@@ -63,30 +76,35 @@ impl SegmentSource for DeviceSegments {
             usage: self.usage,
             mapped_at_creation: false,
         };
-        let buffer =
-            catch(&self.device, || self.device.create_buffer(&descriptor)).map_err(|error| {
-                match error {
-                    CaughtError::OutOfMemory(_) => SourceError::out_of_memory(error),
-                    _ => SourceError::other(error),
-                }
-            })?;
+        let mut took = Duration::ZERO;
+        let made = catch(&self.device, || {
+            let start = Instant::now();
+            let buffer = self.device.create_buffer(&descriptor);
+            took = start.elapsed();
+            buffer
+        });
+        self.counters.driver_time += took;
+        let buffer = made.map_err(|error| match error {
+            CaughtError::OutOfMemory(_) => SourceError::out_of_memory(error),
+            _ => SourceError::other(error),
+        })?;
         let slot = id.0 as usize;
         if self.buffers.len() <= slot {
             self.buffers.resize_with(slot + 1, || None);
         }
         self.buffers[slot] = Some(buffer);
-        if let Some(log) = &mut self.history {
-            log.segment_created(id, size, 0, crate::history::now_us());
-        }
+        self.counters.created += 1;
+        self.counters.live_bytes += size;
+        self.counters.peak_bytes = self.counters.peak_bytes.max(self.counters.live_bytes);
         Ok(())
     }
 
     fn release_segment(&mut self, id: SegmentId, size: u64) {
-        if let Some(log) = &mut self.history {
-            log.segment_released(id, size, crate::history::now_us());
-        }
         if let Some(buffer) = self.buffers[id.0 as usize].take() {
+            let start = Instant::now();
             buffer.destroy();
+            self.counters.driver_time += start.elapsed();
+            self.counters.live_bytes -= size;
         }
     }
 }

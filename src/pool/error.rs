@@ -37,6 +37,23 @@ pub enum PoolError {
          (GpuContext::headless does), or use overflow:none and Pool::offload / Pool::prefetch"
     )]
     HostOverflowUnsupported,
+    /// `expandable_segments:True` on a device that cannot map pages.
+    #[error(
+        "expandable_segments:True needs a device that can map pages (Vulkan sparse binding), \
+         and this one cannot: {reason}. Open the device with wgpool::gpu::sparse::request_device \
+         (GpuContext::headless does), or use expandable_segments:auto to fall back to fixed \
+         segments"
+    )]
+    PageMappingUnavailable {
+        /// Why the device cannot map pages.
+        reason: String,
+    },
+    /// The device can map pages, but setting up its page-mapped memory failed.
+    #[error("page-mapped memory could not be set up: {reason}")]
+    PageMapping {
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// Why a block cannot be bound.

@@ -23,12 +23,12 @@ impl Pool {
                 for segment in state.engine.snapshot() {
                     log.place(segment.id, segment.size, segment.stream);
                 }
-                state.segments.history = Some(log);
+                state.memory.history = Some(log);
                 self.shared.recording.store(true, Ordering::Release);
             }
             None => {
                 self.shared.recording.store(false, Ordering::Release);
-                state.segments.history = None;
+                state.memory.history = None;
             }
         }
     }
@@ -37,7 +37,7 @@ impl Pool {
     pub fn history(&self) -> Option<History> {
         let state = self.shared.lock_flushed();
         state
-            .segments
+            .memory
             .history
             .as_ref()
             .map(|log| log.history().clone())
@@ -49,7 +49,7 @@ impl Pool {
     /// [`write_torch_snapshot`](crate::history::write_torch_snapshot).
     pub fn torch_snapshot(&self) -> Option<TorchSnapshot> {
         let state = self.shared.lock_flushed();
-        let log = state.segments.history.as_ref()?;
+        let log = state.memory.history.as_ref()?;
         let conf = state.engine.config().to_conf_string();
         Some(log.torch_snapshot(&state.engine.snapshot(), &conf, "us"))
     }

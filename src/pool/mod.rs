@@ -33,6 +33,7 @@
 //! [`AllocError::OutOfMemory`](crate::engine::AllocError::OutOfMemory) with the engine's diagnostic; the pool stays usable.
 
 mod alloc;
+mod backing;
 mod binding;
 mod block;
 mod check;
@@ -53,6 +54,7 @@ mod submission;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use backing::{DeviceMemoryUsage, MemoryMode};
 pub use binding::{BindingAccess, BlockBindings};
 pub use block::Block;
 pub use error::{BindingError, MoveError, PoolError, ReadWriteError};
@@ -63,7 +65,6 @@ pub use residency::Residency;
 use crate::config::{Config, Overflow};
 use crate::engine::{Engine, EngineLimits};
 use crate::gpu::GpuContext;
-use device_segments::DeviceSegments;
 use reuse_cache::ReuseCache;
 use shared::{BindingLimits, PoolShared, PoolState};
 
@@ -161,10 +162,12 @@ impl Pool {
             device_memory,
             max_segment_size: limits.max_buffer_size,
         };
+        let (mut memory, mode_reason) =
+            backing::choose(device, queue, &config, usage, &options.label)?;
         let reuse = ReuseCache::new(config.max_split_size.unwrap_or(u64::MAX));
         let engine =
             Engine::new(config, engine_limits).map_err(|e| PoolError::Config(e.to_string()))?;
-        let segments = DeviceSegments::new(device.clone(), usage, options.label.clone());
+        memory.set_limit(engine.memory_cap());
         Ok(Pool {
             shared: Arc::new(PoolShared {
                 device: device.clone(),
@@ -172,7 +175,8 @@ impl Pool {
                 limits: binding,
                 state: Mutex::new(PoolState {
                     engine,
-                    segments,
+                    memory,
+                    mode_reason,
                     host: None,
                     held: Vec::new(),
                     host_overflows: 0,
@@ -181,6 +185,7 @@ impl Pool {
                 handles: AtomicUsize::new(1),
                 host_bindable,
                 label: options.label,
+                usage,
                 free_timing: options.free_timing,
                 epoch: AtomicU64::new(1),
                 recording: std::sync::atomic::AtomicBool::new(false),
@@ -193,9 +198,30 @@ impl Pool {
         self.shared.lock().engine.config().clone()
     }
 
-    /// The usages of the pool's segment buffers.
+    /// The usages of the pool's segment buffers (or ranges).
     pub fn usage(&self) -> wgpu::BufferUsages {
-        self.shared.lock().segments.usage()
+        self.shared.usage
+    }
+
+    /// How the pool holds device memory: [`MemoryMode::Pages`] where the device can map
+    /// pages (Vulkan sparse binding, from [`sparse::request_device`]) and
+    /// `expandable_segments` allows it, else [`MemoryMode::Segments`].
+    ///
+    /// [`sparse::request_device`]: crate::gpu::sparse::request_device
+    pub fn memory_mode(&self) -> MemoryMode {
+        self.shared.lock().memory.mode()
+    }
+
+    /// Why the pool runs in its [`memory_mode`](Pool::memory_mode): the page size and bind
+    /// queue for pages, or what kept it from mapping pages.
+    pub fn memory_mode_reason(&self) -> String {
+        self.shared.lock().mode_reason.clone()
+    }
+
+    /// Device memory the pool holds, as the memory layer counts it (segment buffers, or
+    /// page chunks), its peak, and the time spent in the driver getting and giving it back.
+    pub fn device_memory_usage(&self) -> DeviceMemoryUsage {
+        self.shared.lock().memory.usage_report()
     }
 
     /// When dropped blocks may be reused.

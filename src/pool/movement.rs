@@ -52,12 +52,12 @@ impl Pool {
         let allocation = {
             let PoolState {
                 engine,
-                segments,
+                memory,
                 host,
                 ..
             } = &mut *state;
             engine
-                .allocate(block.size(), 0, segments)
+                .allocate(block.size(), 0, memory)
                 .map_err(|error| match error {
                     AllocError::OutOfMemory(mut oom) => {
                         oom.host_overflow = host
@@ -68,7 +68,7 @@ impl Pool {
                     other => MoveError::Alloc(other),
                 })?
         };
-        let buffer = state.segments.buffer(allocation.segment).clone();
+        let buffer = state.memory.buffer(allocation.segment).clone();
         let target = BlockParts::new(allocation, buffer, Residency::Device);
         let bindable = state.host.as_ref().is_some_and(|h| h.bindable);
         let copied = if bindable {

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::Residency;
+use super::backing::Backing;
 use super::block::BlockParts;
-use super::device_segments::DeviceSegments;
 use super::error::PoolError;
 use super::host_tier::HostTier;
 use super::options::FreeTiming;
@@ -25,7 +25,11 @@ pub(crate) struct BindingLimits {
 
 pub(crate) struct PoolState {
     pub engine: Engine,
-    pub segments: DeviceSegments,
+    /// Segment buffers or page-mapped ranges: what the engine places device blocks in.
+    pub memory: Backing,
+    /// Why the pool runs in its memory mode (for pages: the page size; for segments: what
+    /// kept it from mapping pages).
+    pub mode_reason: String,
     /// Host-resident segments, made on first overflow or offload.
     pub host: Option<HostTier>,
     /// Blocks dropped while commands recorded since the last submission point may name
@@ -48,6 +52,8 @@ pub(crate) struct PoolShared {
     pub host_bindable: bool,
     /// Label prefix of segment buffers.
     pub label: String,
+    /// Usages of every segment buffer and range.
+    pub usage: wgpu::BufferUsages,
     /// When dropped blocks may be reused.
     pub free_timing: FreeTiming,
     /// The submission epoch: counts the pool's submission points, from 1. A block exposed
@@ -185,7 +191,7 @@ pub(crate) fn free_to_engine(state: &mut PoolState, parts: BlockParts) {
     // is live in the engine of its residency.
     let freed = match parts.residency {
         Residency::Device => {
-            if let Some(log) = &mut state.segments.history
+            if let Some(log) = &mut state.memory.history
                 && let Some(allocation) = state.engine.allocation(parts.id)
             {
                 log.block(
@@ -195,7 +201,7 @@ pub(crate) fn free_to_engine(state: &mut PoolState, parts: BlockParts) {
                     crate::history::now_us(),
                 );
             }
-            state.engine.free(parts.id, &mut state.segments)
+            state.engine.free(parts.id, &mut state.memory)
         }
         Residency::Host => match state.host.as_mut() {
             Some(host) => host.engine.free(parts.id, &mut host.segments),

@@ -93,6 +93,14 @@ impl Pool {
     pub fn memory_summary(&self) -> String {
         let state = self.shared.lock_flushed();
         let mut out = state.engine.memory_summary();
+        let usage = state.memory.usage_report();
+        out.push_str(&format!(
+            "memory mode: {} ({}); device memory {} in {} allocations\n",
+            usage.mode,
+            state.mode_reason,
+            bytes(usage.device_bytes),
+            usage.allocations
+        ));
         if !state.held.is_empty() {
             let held: u64 = state.held.iter().map(|parts| parts.capacity).sum();
             out.push_str(&format!(

@@ -1,11 +1,10 @@
 //! Physical memory: `VkDeviceMemory` chunks, each cut into pages that are bound into ranges.
 //!
 //! A chunk is allocated when a map needs more pages than the free ones, and freed only when
-//! none of its pages is in use (a map or a held page of the engine's). Allocating is costly
-//! per call (0.18 ms for 2 MiB, 5.4 ms for 256 MiB on an H200) and freeing more so (3.3 ms
-//! for 2 MiB), so chunks grow with the memory already held: a new chunk is about 1/128 of
-//! it, which keeps the memory in chunks but not in pages under 1% of the total while
-//! taking few allocations.
+//! none of its pages is bound. Allocating is costly per call (0.18 ms for 2 MiB, 5.4 ms for
+//! 256 MiB on an H200) and freeing more so (3.3 ms for 2 MiB), so chunks grow with the
+//! memory already in chunks: a new chunk is about 1/128 of it, which keeps the memory in
+//! chunks but not in pages under 1% of the total while taking few allocations.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -24,7 +23,7 @@ pub struct ChunkPolicy {
     /// The largest chunk grown by the ratio (a single map larger than this still gets one
     /// chunk of its size).
     pub max_chunk: u64,
-    /// A new chunk is the memory held so far divided by this, rounded down to a power of
+    /// A new chunk is the memory in chunks so far divided by this, rounded down to a power of
     /// two, within `min_chunk..=max_chunk`.
     pub divisor: u64,
 }
@@ -52,15 +51,16 @@ impl ChunkPolicy {
         self
     }
 
-    /// Sets the ratio of memory held to a new chunk.
+    /// Sets the ratio of memory in chunks to a new chunk.
     pub fn with_divisor(mut self, divisor: u64) -> Self {
         self.divisor = divisor.max(1);
         self
     }
 
-    /// The size of the next chunk when `held` bytes are in chunks and `page` is the page.
-    pub fn chunk_size(&self, held: u64, page: u64) -> u64 {
-        let grown = held / self.divisor;
+    /// The size of the next chunk when `in_chunks` bytes are in chunks and `page` is the
+    /// page.
+    pub fn chunk_size(&self, in_chunks: u64, page: u64) -> u64 {
+        let grown = in_chunks / self.divisor;
         let grown = if grown == 0 {
             0
         } else {
@@ -106,7 +106,8 @@ pub(crate) struct Chunks {
     /// Free runs of every chunk ordered by (length, chunk, first): best fit first.
     by_length: BTreeSet<(u32, u32, u32)>,
     free_pages: u64,
-    held_bytes: u64,
+    device_bytes: u64,
+    device_bytes_peak: u64,
     pub counters: ChunkCounters,
 }
 
@@ -118,14 +119,20 @@ impl Chunks {
             chunks: Vec::new(),
             by_length: BTreeSet::new(),
             free_pages: 0,
-            held_bytes: 0,
+            device_bytes: 0,
+            device_bytes_peak: 0,
             counters: ChunkCounters::default(),
         }
     }
 
     /// Bytes in chunks (device memory this pool holds).
-    pub fn held_bytes(&self) -> u64 {
-        self.held_bytes
+    pub fn device_bytes(&self) -> u64 {
+        self.device_bytes
+    }
+
+    /// The peak of [`device_bytes`](Self::device_bytes).
+    pub fn device_bytes_peak(&self) -> u64 {
+        self.device_bytes_peak
     }
 
     /// Bytes of chunk pages not bound anywhere.
@@ -239,7 +246,7 @@ impl Chunks {
             let chunk = self.chunks[index].take().expect("listed as idle");
             self.by_length.remove(&(chunk.pages, index as u32, 0));
             self.free_pages -= chunk.pages as u64;
-            self.held_bytes -= size;
+            self.device_bytes -= size;
             let start = Instant::now();
             // SAFETY: no page of the chunk is bound (every page is free), so no range and
             // no GPU work uses the memory.
@@ -263,7 +270,7 @@ impl Chunks {
         }
         self.by_length.clear();
         self.free_pages = 0;
-        self.held_bytes = 0;
+        self.device_bytes = 0;
     }
 
     fn grow(
@@ -273,7 +280,7 @@ impl Chunks {
         limit: Option<u64>,
     ) -> Result<(), SparseError> {
         let needed = shortfall.div_ceil(self.page) * self.page;
-        let room = limit.map_or(u64::MAX, |l| l.saturating_sub(self.held_bytes));
+        let room = limit.map_or(u64::MAX, |l| l.saturating_sub(self.device_bytes));
         if needed > room {
             return Err(SparseError::OutOfMemory {
                 bytes: needed,
@@ -282,7 +289,7 @@ impl Chunks {
         }
         let preferred = self
             .policy
-            .chunk_size(self.held_bytes, self.page)
+            .chunk_size(self.device_bytes, self.page)
             .max(needed)
             .min(room);
         let memory = match self.allocate(sparse, preferred) {
@@ -305,7 +312,8 @@ impl Chunks {
             free: BTreeMap::new(),
             free_pages: 0,
         });
-        self.held_bytes += size;
+        self.device_bytes += size;
+        self.device_bytes_peak = self.device_bytes_peak.max(self.device_bytes);
         self.insert_free(index as u32, 0, pages);
         Ok(())
     }

@@ -32,5 +32,7 @@ mod source;
 pub use chunks::{ChunkCounters, ChunkPolicy};
 pub use device::{SparseDevice, SparseFacts};
 pub use error::SparseError;
-pub use open::{NoPageMapping, request_device, sparse_device};
+pub use open::{
+    AdapterPageMapping, NoPageMapping, adapter_page_mapping, request_device, sparse_device,
+};
 pub use paged::{PagedCounters, PagedMemory, PagedUsage};

@@ -79,33 +79,19 @@ pub fn request_device(
     let Some(hal_adapter) = (unsafe { adapter.as_hal::<Vulkan>() }) else {
         return plain("not a Vulkan device; page mapping needs Vulkan sparse binding".into());
     };
+    let support = match adapter_support(&hal_adapter) {
+        Ok(support) => support,
+        Err(reason) => {
+            drop(hal_adapter);
+            return plain(reason);
+        }
+    };
     let shared = hal_adapter.shared_instance();
     let instance = shared.raw_instance().clone();
     let physical_device = hal_adapter.raw_physical_device();
-    // SAFETY: queries on the instance's own physical device.
-    let (supported, families, memory) = unsafe {
-        (
-            instance.get_physical_device_features(physical_device),
-            instance.get_physical_device_queue_family_properties(physical_device),
-            instance.get_physical_device_memory_properties(physical_device),
-        )
-    };
-    if supported.sparse_binding == vk::FALSE || supported.sparse_residency_buffer == vk::FALSE {
-        drop(hal_adapter);
-        return plain(
-            "the adapter lacks sparseBinding or sparseResidencyBuffer (Mesa lavapipe has them \
-             from Mesa 25; on Debian 12 run scripts/setup-vulkan)"
-                .into(),
-        );
-    }
-    let Some(family) = families
-        .first()
-        .filter(|f| f.queue_flags.contains(vk::QueueFlags::SPARSE_BINDING))
-    else {
-        drop(hal_adapter);
-        return plain("wgpu's queue family (0) cannot bind sparse memory".into());
-    };
-    let queue_count: u32 = if family.queue_count >= 2 { 2 } else { 1 };
+    // SAFETY: a query on the instance's own physical device.
+    let memory = unsafe { instance.get_physical_device_memory_properties(physical_device) };
+    let queue_count: u32 = if support.own_bind_queue { 2 } else { 1 };
     let properties = hal_adapter.physical_device_capabilities().properties();
     let api_1_1 = shared.instance_api_version() >= vk::API_VERSION_1_1
         && properties.api_version >= vk::API_VERSION_1_1;
@@ -247,6 +233,62 @@ pub fn sparse_device(device: &wgpu::Device) -> Result<SparseDevice, NoPageMappin
         reason: "not a Vulkan device; page mapping needs Vulkan sparse binding".into(),
     })?;
     super::device::lookup(handle).map_err(|reason| NoPageMapping { reason })
+}
+
+/// What an adapter offers for page mapping, before any device is opened on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct AdapterPageMapping {
+    /// `sparseAddressSpaceSize`.
+    pub address_space: u64,
+    /// Whether wgpu's queue family has a second queue for pools to bind on; without one,
+    /// binds share wgpu's queue and are serialized with its submissions.
+    pub own_bind_queue: bool,
+    /// `sparseResidencyAliased`.
+    pub aliased: bool,
+}
+
+/// Whether devices that [`request_device`] opens on `adapter` can map pages, and what the
+/// adapter offers; or why not. Opens no device (the page size is known only once one is:
+/// see [`SparseDevice::page_size`]).
+pub fn adapter_page_mapping(adapter: &wgpu::Adapter) -> Result<AdapterPageMapping, NoPageMapping> {
+    // SAFETY: the hal adapter is borrowed for property queries only.
+    let Some(hal_adapter) = (unsafe { adapter.as_hal::<Vulkan>() }) else {
+        return Err(NoPageMapping {
+            reason: "not a Vulkan adapter; page mapping needs Vulkan sparse binding".into(),
+        });
+    };
+    adapter_support(&hal_adapter).map_err(|reason| NoPageMapping { reason })
+}
+
+/// The sparse binding checks shared by [`request_device`] and [`adapter_page_mapping`].
+fn adapter_support(hal_adapter: &wgpu::hal::vulkan::Adapter) -> Result<AdapterPageMapping, String> {
+    let instance = hal_adapter.shared_instance().raw_instance();
+    let physical_device = hal_adapter.raw_physical_device();
+    // SAFETY: queries on the instance's own physical device.
+    let (supported, families) = unsafe {
+        (
+            instance.get_physical_device_features(physical_device),
+            instance.get_physical_device_queue_family_properties(physical_device),
+        )
+    };
+    if supported.sparse_binding == vk::FALSE || supported.sparse_residency_buffer == vk::FALSE {
+        return Err(
+            "the adapter lacks sparseBinding or sparseResidencyBuffer (Mesa lavapipe \
+                    has them from Mesa 25; on Debian 12 run scripts/setup-vulkan)"
+                .into(),
+        );
+    }
+    let family = families
+        .first()
+        .filter(|f| f.queue_flags.contains(vk::QueueFlags::SPARSE_BINDING))
+        .ok_or("wgpu's queue family (0) cannot bind sparse memory")?;
+    let properties = hal_adapter.physical_device_capabilities().properties();
+    Ok(AdapterPageMapping {
+        address_space: properties.limits.sparse_address_space_size,
+        own_bind_queue: family.queue_count >= 2,
+        aliased: supported.sparse_residency_aliased == vk::TRUE,
+    })
 }
 
 /// Why a device cannot map pages.

@@ -147,7 +147,7 @@ impl PagedMemory {
     /// What is held now.
     pub fn usage(&self) -> PagedUsage {
         PagedUsage {
-            device_bytes: self.chunks.held_bytes(),
+            device_bytes: self.chunks.device_bytes(),
             mapped_bytes: self.mapped_bytes,
             range_bytes: self.range_bytes,
             ranges: self.ranges.iter().flatten().count(),
@@ -419,6 +419,11 @@ impl PagedMemory {
     /// `bytes`; returns the bytes freed. Held pages of chunks that are partly in use stay.
     pub fn release_idle(&mut self, bytes: u64) -> u64 {
         self.chunks.release_idle(&self.sparse, bytes)
+    }
+
+    /// The peak of device memory in chunks.
+    pub fn device_bytes_peak(&self) -> u64 {
+        self.chunks.device_bytes_peak()
     }
 
     /// Bytes of held memory not bound anywhere.

@@ -1,0 +1,279 @@
+//! What backs a device pool: fixed segment buffers, or page-mapped address ranges.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::device_segments::DeviceSegments;
+use super::error::PoolError;
+use crate::config::Config;
+use crate::engine::{PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError};
+use crate::format::bytes;
+use crate::gpu::sparse::{ChunkPolicy, PagedMemory, sparse_device};
+use crate::history::{Action, EventLog, now_us};
+
+/// How a pool holds device memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum MemoryMode {
+    /// Physical pages mapped into large address ranges (Vulkan sparse binding), where
+    /// blocks live: a block may lie anywhere in a range, and idle pages are unmapped and
+    /// reused (PyTorch's `expandable_segments`).
+    Pages,
+    /// Fixed segments: one buffer per segment, created and destroyed whole.
+    Segments,
+}
+
+impl MemoryMode {
+    /// `pages` or `segments`, as reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryMode::Pages => "pages",
+            MemoryMode::Segments => "segments",
+        }
+    }
+}
+
+impl std::fmt::Display for MemoryMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Device memory a pool holds and what holding it cost in the driver, as the memory layer
+/// (not the engine) counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct DeviceMemoryUsage {
+    /// The pool's mode.
+    pub mode: MemoryMode,
+    /// Bytes of device memory held now: segment buffers, or page chunks.
+    pub device_bytes: u64,
+    /// The peak of `device_bytes`.
+    pub device_bytes_peak: u64,
+    /// Time in the driver creating and destroying segment buffers, or allocating and
+    /// freeing chunks, binding pages and creating ranges.
+    #[serde(serialize_with = "seconds")]
+    pub driver_time: Duration,
+    /// Device memory allocations made (segment buffers, or chunks).
+    pub allocations: u64,
+    /// `vkQueueBindSparse` calls (0 for segments).
+    pub bind_calls: u64,
+}
+
+fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// What the configuration asks of page mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wanted {
+    /// Map pages, or fail.
+    Required,
+    /// Fixed segments.
+    Never,
+}
+
+fn wanted(config: &Config) -> Wanted {
+    if config.expandable_segments {
+        Wanted::Required
+    } else {
+        Wanted::Never
+    }
+}
+
+/// The backing a new pool gets, and why: pages where the configuration allows and the device
+/// can map them, fixed segments otherwise. `expandable_segments:True` on a device that cannot
+/// map pages is an error.
+pub(crate) fn choose(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    config: &Config,
+    usage: wgpu::BufferUsages,
+    label: &str,
+) -> Result<(Backing, String), PoolError> {
+    let segments = || {
+        Backing::new(Source::Segments(DeviceSegments::new(
+            device.clone(),
+            usage,
+            label.into(),
+        )))
+    };
+    let want = wanted(config);
+    if want == Wanted::Never {
+        return Ok((segments(), "expandable_segments:False".to_string()));
+    }
+    match sparse_device(device) {
+        Ok(sparse) => {
+            let pages = PagedMemory::new(device, queue, usage, label, ChunkPolicy::default())
+                .map_err(|e| PoolError::PageMapping {
+                    reason: e.to_string(),
+                })?;
+            let reason = format!(
+                "Vulkan sparse binding, {} pages, binds on {}",
+                bytes(sparse.page_size()),
+                if sparse.facts().own_queue {
+                    "a queue of the pool's own"
+                } else {
+                    "wgpu's queue (serialized with its submissions)"
+                }
+            );
+            Ok((Backing::new(Source::Pages(Box::new(pages))), reason))
+        }
+        Err(why) => Err(PoolError::PageMappingUnavailable { reason: why.reason }),
+    }
+}
+
+/// The memory behind a device pool's engine, and the pool's event log while it records.
+pub(crate) struct Backing {
+    pub source: Source,
+    /// The event log, while the pool records its history (`Pool::record_history`): segments
+    /// created and released, ranges placed, pages mapped and unmapped.
+    pub history: Option<EventLog>,
+}
+
+/// Segment buffers, or page-mapped ranges.
+pub(crate) enum Source {
+    Segments(DeviceSegments),
+    Pages(Box<PagedMemory>),
+}
+
+impl Backing {
+    fn new(source: Source) -> Backing {
+        Backing {
+            source,
+            history: None,
+        }
+    }
+
+    /// The buffer of a live segment or range.
+    pub fn buffer(&self, id: SegmentId) -> &wgpu::Buffer {
+        match &self.source {
+            Source::Segments(segments) => segments.buffer(id),
+            Source::Pages(pages) => pages
+                .buffer(id.0)
+                .expect("the engine only hands out live ranges"),
+        }
+    }
+
+    /// The pool's mode.
+    pub fn mode(&self) -> MemoryMode {
+        match &self.source {
+            Source::Segments(_) => MemoryMode::Segments,
+            Source::Pages(_) => MemoryMode::Pages,
+        }
+    }
+
+    /// Device memory held and its cost.
+    pub fn usage_report(&self) -> DeviceMemoryUsage {
+        match &self.source {
+            Source::Segments(segments) => {
+                let counters = segments.counters();
+                DeviceMemoryUsage {
+                    mode: MemoryMode::Segments,
+                    device_bytes: counters.live_bytes,
+                    device_bytes_peak: counters.peak_bytes,
+                    driver_time: counters.driver_time,
+                    allocations: counters.created,
+                    bind_calls: 0,
+                }
+            }
+            Source::Pages(pages) => {
+                let counters = pages.counters();
+                DeviceMemoryUsage {
+                    mode: MemoryMode::Pages,
+                    device_bytes: pages.usage().device_bytes,
+                    device_bytes_peak: pages.device_bytes_peak(),
+                    driver_time: counters.driver_time(),
+                    allocations: counters.chunks.allocations,
+                    bind_calls: counters.bind_calls,
+                }
+            }
+        }
+    }
+
+    /// Caps device memory (page chunks; segments are capped by the engine alone).
+    pub fn set_limit(&mut self, limit: Option<u64>) {
+        if let Source::Pages(pages) = &mut self.source {
+            pages.set_limit(limit);
+        }
+    }
+
+    fn source(&mut self) -> &mut dyn SegmentSource {
+        match &mut self.source {
+            Source::Segments(segments) => segments,
+            Source::Pages(pages) => &mut **pages,
+        }
+    }
+}
+
+impl SegmentSource for Backing {
+    fn create_segment(
+        &mut self,
+        id: SegmentId,
+        size: u64,
+        kind: SegmentKind,
+    ) -> Result<(), SourceError> {
+        self.source().create_segment(id, size, kind)?;
+        if let Some(log) = &mut self.history {
+            log.segment_created(id, size, 0, now_us());
+        }
+        Ok(())
+    }
+
+    fn release_segment(&mut self, id: SegmentId, size: u64) {
+        if let Some(log) = &mut self.history {
+            log.segment_released(id, size, now_us());
+        }
+        self.source().release_segment(id, size);
+    }
+
+    fn page_mapping(&self) -> Option<PageMapping> {
+        match &self.source {
+            Source::Segments(segments) => segments.page_mapping(),
+            Source::Pages(pages) => pages.page_mapping(),
+        }
+    }
+
+    fn reserve_range(
+        &mut self,
+        id: SegmentId,
+        size: u64,
+        kind: SegmentKind,
+    ) -> Result<(), SourceError> {
+        self.source().reserve_range(id, size, kind)?;
+        if let Some(log) = &mut self.history {
+            log.place(id, size, 0);
+        }
+        Ok(())
+    }
+
+    fn release_range(&mut self, id: SegmentId, size: u64) {
+        if let Some(log) = &mut self.history {
+            log.unplace(id);
+        }
+        self.source().release_range(id, size);
+    }
+
+    fn map_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
+        self.source().map_pages(id, runs)?;
+        if let Some(log) = &mut self.history {
+            log.pages(Action::SegmentMap, id, runs, now_us());
+        }
+        Ok(())
+    }
+
+    fn unmap_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
+        self.source().unmap_pages(id, runs)?;
+        if let Some(log) = &mut self.history {
+            log.pages(Action::SegmentUnmap, id, runs, now_us());
+        }
+        Ok(())
+    }
+
+    fn release_held(&mut self, bytes: u64) {
+        self.source().release_held(bytes);
+    }
+}
