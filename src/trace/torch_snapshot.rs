@@ -24,9 +24,16 @@ use super::error::{Position, TraceError};
 use super::pickle_node::{Node, NodeSeed};
 use super::{Trace, TraceFormat};
 
-/// Stack of the thread that decodes a pickle: values nested up to the decoder's bound are
-/// dropped recursively.
-const DECODER_STACK: usize = 512 << 20;
+/// Stack of the thread that decodes a pickle. Values nested deeper than the reader follows
+/// are still built by the decoder and dropped recursively; each level costs under 200 bytes
+/// of stack and at least 2 bytes of input, so a stack of 100 bytes per input byte (from 64
+/// MiB, at most 4 GiB: address space, touched only as deep as the nesting goes) covers any
+/// input up to 40 MB, and every real snapshot.
+fn decoder_stack(input_len: usize) -> usize {
+    const MIN: usize = 64 << 20;
+    const MAX: usize = 4 << 30;
+    input_len.saturating_mul(100).saturating_add(MIN).min(MAX)
+}
 
 /// Decodes a pickle of at most `max_bytes` bytes into a [`Node`].
 pub(crate) fn decode_pickle(reader: impl Read, max_bytes: u64) -> Result<Node, TraceError> {
@@ -38,9 +45,10 @@ pub(crate) fn decode_pickle(reader: impl Read, max_bytes: u64) -> Result<Node, T
     if bytes.len() as u64 > max_bytes {
         return Err(TraceError::TooLarge { limit: max_bytes });
     }
+    let stack = decoder_stack(bytes.len());
     let worker = std::thread::Builder::new()
         .name("wgpool-unpickle".into())
-        .stack_size(DECODER_STACK)
+        .stack_size(stack)
         .spawn(move || {
             let options = serde_pickle::DeOptions::new()
                 .replace_unresolved_globals()
