@@ -718,3 +718,93 @@ fn too_large_means_above_the_largest_block() {
     }
     pool.check_consistency().unwrap();
 }
+
+/// Issue 14: a validation error from segment creation is not an out-of-memory. It comes back
+/// as itself, with wgpu's error as its source, and no cache is released for it.
+#[test]
+fn a_validation_error_from_segment_creation_comes_back_as_itself() {
+    let gpu = common::gpu();
+    assert!(
+        !gpu.features()
+            .contains(wgpu::Features::EXPERIMENTAL_RAY_QUERY)
+    );
+    // BLAS_INPUT needs a ray-tracing feature this device lacks: create_buffer refuses it.
+    let options = PoolOptions::default()
+        .with_usage(wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::BLAS_INPUT);
+    let pool = Pool::with_options(gpu.device(), gpu.queue(), Config::default(), options).unwrap();
+    let error = pool.alloc(4096).unwrap_err();
+    let AllocError::Source(source) = &error else {
+        panic!("expected the source's own error, got {error}")
+    };
+    assert!(!source.is_out_of_memory());
+    let caught = std::error::Error::source(source)
+        .and_then(|inner| inner.downcast_ref::<wgpool::gpu::scope::CaughtError>())
+        .expect("wgpu's error is kept as the source");
+    assert!(
+        matches!(caught, wgpool::gpu::scope::CaughtError::Validation(_)),
+        "{caught}"
+    );
+    let stats = pool.memory_stats();
+    assert_eq!((stats.num_ooms, stats.num_alloc_retries), (0, 0));
+    pool.check_consistency().unwrap();
+}
+
+/// Issue 13, item 6: under a 16 MiB cap an 8 MiB request needs a 20 MiB segment; the message
+/// says that the segment size is what does not fit, and names the option.
+#[test]
+fn out_of_memory_says_when_the_segment_size_is_what_does_not_fit() {
+    let gpu = common::gpu();
+    let capped = pool(gpu, "policy:pytorch,memory_limit_mb:16");
+    let error = capped.alloc(8 << 20).unwrap_err();
+    assert!(matches!(error, AllocError::OutOfMemory(_)), "{error}");
+    let message = error.to_string();
+    for needle in [
+        "new 20.00 MiB segment in the large pool",
+        "The segment size is what does not fit",
+        "8.00 MiB would fit under the cap",
+        "large_segment_size_mb",
+    ] {
+        assert!(
+            message.contains(needle),
+            "message lacks `{needle}`: {message}"
+        );
+    }
+    assert!(!message.contains("pool pool"), "{message}");
+    // With smaller large segments the same request fits.
+    let smaller = pool(
+        gpu,
+        "policy:pytorch,memory_limit_mb:16,large_segment_size_mb:10",
+    );
+    assert!(smaller.alloc(8 << 20).is_ok());
+}
+
+/// Out-of-memory with dropped blocks still held for their recorded work says so, and what
+/// frees them.
+#[test]
+fn out_of_memory_names_blocks_held_for_submission() {
+    let gpu = common::gpu();
+    let pool = pool(gpu, "policy:pytorch,memory_limit_mb:20");
+    let kernels = Kernels::new(gpu.device(), gpu.queue());
+    let a = pool.alloc(12 << 20).unwrap();
+    let mut encoder = gpu.device().create_command_encoder(&Default::default());
+    kernels
+        .record(&mut encoder, &KernelCall::fill(a.operand(), 7))
+        .unwrap();
+    drop(a);
+    let message = pool.alloc(12 << 20).unwrap_err().to_string();
+    for needle in [
+        "12.00 MiB of the allocated bytes are dropped blocks",
+        "Pool::submit",
+        "Pool::mark_submitted",
+    ] {
+        assert!(
+            message.contains(needle),
+            "message lacks `{needle}`: {message}"
+        );
+    }
+    pool.submit([encoder.finish()]);
+    assert!(
+        pool.alloc(12 << 20).is_ok(),
+        "the submission freed the held block"
+    );
+}

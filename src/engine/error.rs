@@ -51,6 +51,9 @@ pub struct OutOfMemory {
     pub reserved: u64,
     /// Bytes that went to host memory through overflow, if the pool uses it.
     pub host_overflow: Option<u64>,
+    /// Bytes of dropped blocks that the pool holds until the commands recorded with them are
+    /// submitted (`Pool::submit`, `Pool::mark_submitted`), if any.
+    pub held_for_submission: Option<u64>,
     /// Why the last attempt failed.
     pub cause: OomCause,
 }
@@ -100,6 +103,36 @@ impl std::fmt::Display for OutOfMemory {
             f,
             ". Cached free segments were already released and the allocation retried. "
         )?;
+        if let Some(held) = self.held_for_submission.filter(|&held| held > 0) {
+            write!(
+                f,
+                "{} of the allocated bytes are dropped blocks waiting for their recorded                  commands to be submitted: submit through Pool::submit, or call                  Pool::mark_submitted after queue.submit, to free them. ",
+                bytes(held)
+            )?;
+        }
+        let segment_is_what_fails = match (self.cap, &self.cause) {
+            (Some(cap), OomCause::Cap) => {
+                self.segment_size > self.rounded
+                    && self.reserved.saturating_add(self.rounded) <= cap
+            }
+            _ => false,
+        };
+        if segment_is_what_fails {
+            match self.kind {
+                SegmentKind::Large => write!(
+                    f,
+                    "The segment size is what does not fit: {} would fit under the cap, but a                      large request under 10 MiB gets a new segment of {}                      (large_segment_size_mb); lower large_segment_size_mb (at least 10) or                      raise the cap. ",
+                    bytes(self.rounded),
+                    bytes(self.segment_size)
+                )?,
+                SegmentKind::Small => write!(
+                    f,
+                    "The segment size is what does not fit: {} would fit under the cap, but                      requests of at most 1 MiB share small-pool segments of {}; raise the cap                      by that much. ",
+                    bytes(self.rounded),
+                    bytes(self.segment_size)
+                )?,
+            }
+        }
         if self.reserved_unallocated() >= self.rounded.min(self.reserved / 8).max(1) {
             write!(
                 f,

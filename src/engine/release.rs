@@ -79,6 +79,7 @@ impl EngineState {
             allocated: self.stats.allocated_bytes.all.current,
             reserved: self.stats.reserved_bytes.all.current,
             host_overflow: None,
+            held_for_submission: None,
             cause,
         }))
     }

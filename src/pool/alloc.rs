@@ -46,7 +46,12 @@ impl Pool {
                 let buffer = memory.buffer(allocation.segment).clone();
                 BlockParts::new(allocation, buffer, Residency::Device)
             }
-            Err(AllocError::OutOfMemory(oom)) if engine.config().overflow == Overflow::Host => {
+            Err(AllocError::OutOfMemory(mut oom)) => {
+                let held: u64 = state.held.iter().map(|parts| parts.capacity).sum();
+                oom.held_for_submission = (held > 0).then_some(held);
+                if state.engine.config().overflow != Overflow::Host {
+                    return Err(AllocError::OutOfMemory(oom));
+                }
                 self.overflow_to_host(&mut state, size, oom)?
             }
             Err(error) => {

@@ -54,6 +54,7 @@ impl Pool {
                 engine,
                 memory,
                 host,
+                held,
                 ..
             } = &mut *state;
             engine
@@ -63,6 +64,8 @@ impl Pool {
                         oom.host_overflow = host
                             .as_ref()
                             .map(|h| h.engine.memory_stats().allocated_bytes.all.current);
+                        let held: u64 = held.iter().map(|parts| parts.capacity).sum();
+                        oom.held_for_submission = (held > 0).then_some(held);
                         MoveError::Alloc(AllocError::OutOfMemory(oom))
                     }
                     other => MoveError::Alloc(other),
