@@ -808,3 +808,39 @@ fn out_of_memory_names_blocks_held_for_submission() {
         "the submission freed the held block"
     );
 }
+
+/// Issue 13, item 8: torch's shortcuts and a cap that changes at run time.
+#[test]
+fn shortcuts_and_a_cap_set_at_run_time() {
+    let gpu = common::gpu();
+    let options = PoolOptions::default().with_device_memory(100 << 20);
+    let config = Config::parse("policy:pytorch").unwrap();
+    let pool = Pool::with_options(gpu.device(), gpu.queue(), config, options).unwrap();
+    assert_eq!(pool.memory_cap(), None);
+    assert_eq!(
+        pool.set_per_process_memory_fraction(0.25).unwrap(),
+        Some(25 << 20)
+    );
+    assert_eq!(pool.memory_cap(), Some(25 << 20));
+    let first = pool.alloc(20 << 20).unwrap();
+    assert_eq!(
+        (pool.memory_allocated(), pool.memory_reserved()),
+        (20 << 20, 20 << 20)
+    );
+    assert!(matches!(
+        pool.alloc(20 << 20),
+        Err(AllocError::OutOfMemory(_))
+    ));
+    // Refused values leave the cap alone.
+    assert!(pool.set_per_process_memory_fraction(1.5).is_err());
+    assert!(pool.set_per_process_memory_fraction(f64::NAN).is_err());
+    assert_eq!(pool.memory_cap(), Some(25 << 20));
+    pool.set_per_process_memory_fraction(0.5).unwrap();
+    let second = pool.alloc(20 << 20).unwrap();
+    drop((first, second));
+    assert_eq!(pool.memory_allocated(), 0);
+    assert_eq!(pool.max_memory_allocated(), 40 << 20);
+    assert_eq!(pool.max_memory_reserved(), 40 << 20);
+    pool.reset_peak_stats();
+    assert_eq!(pool.max_memory_allocated(), 0);
+}

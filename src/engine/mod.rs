@@ -104,6 +104,31 @@ impl Engine {
         &self.state.config
     }
 
+    /// Sets `per_process_memory_fraction` at run time (PyTorch's
+    /// `torch.cuda.set_per_process_memory_fraction`) and recomputes the cap from it,
+    /// `memory_limit_mb` (the smaller cap applies) and `device_memory`. Segments reserved
+    /// above a lowered cap stay until they are released; new segments obey the new cap.
+    /// Returns the new cap.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Config`] for a fraction outside 0 to 1, and [`EngineError::Cap`] when
+    /// the device memory is unknown and no `memory_limit_mb` is set; the engine is then
+    /// unchanged.
+    pub fn set_per_process_memory_fraction(
+        &mut self,
+        fraction: f64,
+        device_memory: Option<u64>,
+    ) -> Result<Option<u64>, EngineError> {
+        let mut config = self.state.config.clone();
+        config.per_process_memory_fraction = Some(fraction);
+        config.validate()?;
+        let cap = config.memory_cap(device_memory)?;
+        self.state.config = config;
+        self.state.cap = cap;
+        Ok(cap)
+    }
+
     /// The cap on reserved bytes, if any.
     pub fn memory_cap(&self) -> Option<u64> {
         self.state.cap

@@ -2,6 +2,7 @@
 
 use thiserror::Error;
 
+use crate::engine::EngineError;
 use crate::format::bytes;
 use crate::gpu::scope::CaughtError;
 use crate::gpu::transfer::TransferError;
@@ -12,7 +13,7 @@ use crate::gpu::transfer::TransferError;
 pub enum PoolError {
     /// The configuration cannot be applied to this device.
     #[error("cannot apply WGPOOL_CONF to this device: {0}")]
-    Config(String),
+    Config(#[source] EngineError),
     /// The device needs offsets aligned more strictly than the 512 B block granule.
     #[error(
         "the device requires buffer offsets aligned to {alignment} bytes, more than the pool's 512 B granule"

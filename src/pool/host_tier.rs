@@ -45,8 +45,7 @@ impl HostTier {
             device_memory: None,
             max_segment_size: device.limits().max_buffer_size,
         };
-        let engine =
-            Engine::new(host_config, limits).map_err(|e| PoolError::Config(e.to_string()))?;
+        let engine = Engine::new(host_config, limits).map_err(PoolError::Config)?;
         let usage = if bindable {
             BINDABLE_HOST_USAGE
         } else {

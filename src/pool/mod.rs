@@ -165,8 +165,7 @@ impl Pool {
         let (mut memory, mode_reason) =
             backing::choose(device, queue, &config, usage, &options.label)?;
         let reuse = ReuseCache::new(config.max_split_size.unwrap_or(u64::MAX));
-        let engine =
-            Engine::new(config, engine_limits).map_err(|e| PoolError::Config(e.to_string()))?;
+        let engine = Engine::new(config, engine_limits).map_err(PoolError::Config)?;
         memory.set_limit(engine.memory_cap());
         Ok(Pool {
             shared: Arc::new(PoolShared {
@@ -187,6 +186,7 @@ impl Pool {
                 label: options.label,
                 usage,
                 free_timing: options.free_timing,
+                device_memory,
                 epoch: AtomicU64::new(1),
                 recording: std::sync::atomic::AtomicBool::new(false),
             }),

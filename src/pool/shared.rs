@@ -56,6 +56,8 @@ pub(crate) struct PoolShared {
     pub usage: wgpu::BufferUsages,
     /// When dropped blocks may be reused.
     pub free_timing: FreeTiming,
+    /// Device memory that `per_process_memory_fraction` applies to, if known.
+    pub device_memory: Option<u64>,
     /// The submission epoch: counts the pool's submission points, from 1. A block exposed
     /// in the current epoch may be named by commands not yet submitted.
     pub epoch: AtomicU64,

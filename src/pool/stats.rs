@@ -132,4 +132,26 @@ impl Pool {
     pub fn memory_cap(&self) -> Option<u64> {
         self.shared.lock().engine.memory_cap()
     }
+
+    /// Caps reserved device memory at `fraction` of the device's memory from now on
+    /// (PyTorch's `torch.cuda.set_per_process_memory_fraction`), or at `memory_limit_mb` if
+    /// that is smaller. Segments already reserved above a lowered cap stay until they are
+    /// released (`empty_cache`); new segments obey it. Returns the new cap.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError`](crate::engine::EngineError) for a fraction outside 0 to 1, or when the
+    /// device memory size is unknown (see
+    /// [`PoolOptions::with_device_memory`](super::PoolOptions::with_device_memory)) and no
+    /// `memory_limit_mb` is set. The cap is then unchanged.
+    pub fn set_per_process_memory_fraction(
+        &self,
+        fraction: f64,
+    ) -> Result<Option<u64>, crate::engine::EngineError> {
+        let device_memory = self.shared.device_memory;
+        self.shared
+            .lock()
+            .engine
+            .set_per_process_memory_fraction(fraction, device_memory)
+    }
 }
