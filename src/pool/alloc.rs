@@ -49,17 +49,23 @@ impl Pool {
             Err(AllocError::OutOfMemory(mut oom)) => {
                 let held: u64 = state.held.iter().map(|parts| parts.capacity).sum();
                 oom.held_for_submission = (held > 0).then_some(held);
-                if state.engine.config().overflow != Overflow::Host {
-                    return Err(AllocError::OutOfMemory(oom));
+                let served = if state.engine.config().overflow == Overflow::Host {
+                    self.overflow_to_host(&mut state, size, oom)
+                } else {
+                    Err(AllocError::OutOfMemory(oom))
+                };
+                match served {
+                    Ok(placed) => placed,
+                    Err(error) => {
+                        // Served from nowhere: an out-of-memory event in the history.
+                        if let Some(log) = &mut state.memory.history {
+                            log.oom(size, 0, now_us());
+                        }
+                        return Err(error);
+                    }
                 }
-                self.overflow_to_host(&mut state, size, oom)?
             }
-            Err(error) => {
-                if let (Some(log), AllocError::OutOfMemory(_)) = (&mut memory.history, &error) {
-                    log.oom(size, 0, now_us());
-                }
-                return Err(error);
-            }
+            Err(error) => return Err(error),
         };
         drop(state);
         Ok(Block::new(self.shared.clone(), Box::new(placed)))

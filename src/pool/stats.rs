@@ -149,9 +149,12 @@ impl Pool {
         fraction: f64,
     ) -> Result<Option<u64>, crate::engine::EngineError> {
         let device_memory = self.shared.device_memory;
-        self.shared
-            .lock()
+        let mut state = self.shared.lock();
+        let cap = state
             .engine
-            .set_per_process_memory_fraction(fraction, device_memory)
+            .set_per_process_memory_fraction(fraction, device_memory)?;
+        // Page-mapped memory keeps its own copy of the cap.
+        state.memory.set_limit(cap);
+        Ok(cap)
     }
 }
