@@ -8,7 +8,7 @@
 //! live blocks (see [`Harness::check`]); under `policy:pytorch` every placement is also
 //! compared with PyTorch's best-fit rule, computed here from the previous snapshot.
 //!
-//! The tests also replay `shared/traces/gpt2-train.csv` with the invariants checked after
+//! The tests also replay `tests/data/gpt2-train.csv` (from `shared/traces`) with the invariants checked after
 //! every operation.
 
 use std::cell::Cell;
@@ -1330,18 +1330,16 @@ fn blocks_stay_512_aligned_when_the_segment_limit_is_not() {
     }
 }
 
-fn gpt2_trace() -> Option<wgpool::trace::Trace> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/gpt2-train.csv");
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Some(parse_trace(&text).expect("gpt2-train.csv parses")),
-        Err(e) => {
-            eprintln!("skipping: {} is not readable here ({e})", path.display());
-            None
-        }
-    }
+/// The GPT-2 trace, kept in the repository (tests/data, a copy of shared/traces) so that
+/// the tests that need it run everywhere and fail rather than skip.
+fn gpt2_trace() -> wgpool::trace::Trace {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gpt2-train.csv");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{} is part of the repository: {e}", path.display()));
+    parse_trace(&text).expect("gpt2-train.csv parses")
 }
 
-/// Peak live requested bytes of gpt2-train.csv (shared/traces/README.md).
+/// Peak live requested bytes of gpt2-train.csv (tests/data/gpt2-train.README.md).
 const GPT2_PEAK_LIVE: u64 = 8_668_544_008;
 
 fn replay_checked(trace: &wgpool::trace::Trace, conf: &str) -> wgpool::trace::ReplayReport {
@@ -1365,10 +1363,10 @@ fn replay_checked(trace: &wgpool::trace::Trace, conf: &str) -> wgpool::trace::Re
 }
 
 /// Under `policy:pytorch` the replay also reproduces PyTorch 2.11's own figures for this
-/// trace (shared/traces/README.md): peak reserved and the number of cudaMalloc calls.
+/// trace (tests/data/gpt2-train.README.md): peak reserved and the number of cudaMalloc calls.
 #[test]
 fn gpt2_trace_replays_checked_under_pytorch_policy_and_matches_pytorch() {
-    let Some(trace) = gpt2_trace() else { return };
+    let trace = gpt2_trace();
     let report = replay_checked(&trace, "policy:pytorch");
     assert_eq!(report.peak_reserved_bytes, 9_380_560_896, "{report:?}");
     assert_eq!(report.segments_created, 190, "{report:?}");
@@ -1377,7 +1375,7 @@ fn gpt2_trace_replays_checked_under_pytorch_policy_and_matches_pytorch() {
 
 #[test]
 fn gpt2_trace_replays_checked_under_default_policy() {
-    let Some(trace) = gpt2_trace() else { return };
+    let trace = gpt2_trace();
     let report = replay_checked(&trace, "");
     assert_eq!(report.policy, Config::default().policy.name());
     eprintln!(
@@ -1388,7 +1386,7 @@ fn gpt2_trace_replays_checked_under_default_policy() {
 
 #[test]
 fn gpt2_trace_under_pytorch_options_matches_pytorch() {
-    let Some(trace) = gpt2_trace() else { return };
+    let trace = gpt2_trace();
     let options = ReplayOptions::default().with_min_timed_runs(1);
     let run = |conf: &str| replay(&trace, &Config::parse(conf).unwrap(), &options).unwrap();
     let report = run("policy:pytorch,roundup_power2_divisions:4");

@@ -221,7 +221,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     })?;
     report.alloc = Some(serde_json::to_value(&alloc).expect("alloc report serializes"));
     let transfers = if args.transfers {
-        Some(measure_transfers(&ctx, size_bytes, args.quick)?)
+        Some(transfers_and_moves(&ctx, size_bytes, args.quick)?)
     } else {
         None
     };
@@ -271,7 +271,12 @@ struct Transfers {
     residency: wgpool::bench::residency_moves::ResidencyMoves,
 }
 
-fn measure_transfers(ctx: &GpuContext, size_bytes: u64, quick: bool) -> Result<Transfers, Failure> {
+/// The staging pool's transfers and the pool's offload and prefetch, for `--transfers`.
+fn transfers_and_moves(
+    ctx: &GpuContext,
+    size_bytes: u64,
+    quick: bool,
+) -> Result<Transfers, Failure> {
     use wgpool::bench::{residency_moves, transfers};
     let failed = |what: &str, error: &dyn std::fmt::Display| Failure {
         message: format!("{what}: {error}"),

@@ -1,7 +1,7 @@
 //! Allocation: the reuse cache, the engine, and host overflow.
 
 use super::block::BlockParts;
-use super::shared::PoolState;
+use super::pool_shared::PoolState;
 use super::{Block, Pool, Residency};
 use crate::config::Overflow;
 use crate::engine::{AllocError, OomCause, OutOfMemory, SourceError};

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::device_segments::DeviceSegments;
 use super::error::PoolError;
+use super::segment_buffers::SegmentBuffers;
 use crate::config::Config;
 use crate::engine::{PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError};
 use crate::format::bytes;
@@ -95,7 +95,7 @@ pub(crate) fn choose(
     label: &str,
 ) -> Result<(Backing, String), PoolError> {
     let segments = || {
-        Backing::new(Source::Segments(DeviceSegments::new(
+        Backing::new(Source::Segments(SegmentBuffers::new(
             device.clone(),
             usage,
             label.into(),
@@ -136,7 +136,7 @@ pub(crate) struct Backing {
 
 /// Segment buffers, or page-mapped ranges.
 pub(crate) enum Source {
-    Segments(DeviceSegments),
+    Segments(SegmentBuffers),
     Pages(Box<PagedMemory>),
 }
 

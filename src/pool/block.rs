@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Residency;
+use super::pool_shared::{BindingLimits, PoolShared};
 use super::reuse_cache::Reusable;
-use super::shared::{BindingLimits, PoolShared};
 use crate::engine::{Allocation, BlockId, SegmentId, SegmentKind};
 use crate::kernels::Operand;
 

@@ -2,7 +2,7 @@
 
 use super::Pool;
 use super::backing::Source;
-use super::device_segments::DeviceSegments;
+use super::segment_buffers::SegmentBuffers;
 use crate::engine::Engine;
 use crate::gpu::sparse::PagedMemory;
 
@@ -30,7 +30,7 @@ impl Pool {
 }
 
 /// Checks one engine's invariants and that every segment has a buffer of its size.
-fn check_tier(engine: &Engine, segments: &DeviceSegments) -> Result<(), String> {
+fn check_tier(engine: &Engine, segments: &SegmentBuffers) -> Result<(), String> {
     engine.check_invariants()?;
     for segment in engine.snapshot() {
         let buffer = segments.buffer(segment.id);

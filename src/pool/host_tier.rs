@@ -1,13 +1,13 @@
 //! Host-resident segments: where overflow and offloaded blocks live.
 
-use super::device_segments::DeviceSegments;
 use super::error::PoolError;
+use super::segment_buffers::SegmentBuffers;
 use crate::config::{Caching, Config};
 use crate::engine::{Engine, EngineLimits};
 
-/// Usages of host segments where the adapter has `MAPPABLE_PRIMARY_BUFFERS`: `MAP_READ`
-/// without `MAP_WRITE` places the memory in host RAM (DESIGN.md §3), `STORAGE` lets kernels
-/// bind it, and the copy usages move blocks in and out by DMA.
+/// Usages of host segments where the device has `MAPPABLE_PRIMARY_BUFFERS`: `MAP_READ`
+/// without `MAP_WRITE` places the memory in host RAM (docs/DESIGN-NOTES.md, "Where a buffer
+/// lands"), `STORAGE` lets kernels bind it, and the copy usages move blocks in and out by DMA.
 pub const BINDABLE_HOST_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ
     .union(wgpu::BufferUsages::COPY_DST)
     .union(wgpu::BufferUsages::COPY_SRC)
@@ -20,7 +20,7 @@ pub const STAGING_HOST_USAGE: wgpu::BufferUsages =
 /// The host side of a pool: its own engine over host-resident segment buffers.
 pub(crate) struct HostTier {
     pub engine: Engine,
-    pub segments: DeviceSegments,
+    pub segments: SegmentBuffers,
     /// Whether kernels can bind host blocks and DMA can read them.
     pub bindable: bool,
 }
@@ -51,7 +51,7 @@ impl HostTier {
         } else {
             STAGING_HOST_USAGE
         };
-        let segments = DeviceSegments::new(device.clone(), usage, format!("{label} host"));
+        let segments = SegmentBuffers::new(device.clone(), usage, format!("{label} host"));
         Ok(HostTier {
             engine,
             segments,

@@ -38,16 +38,16 @@ mod binding;
 mod block;
 mod check;
 mod device_memory;
-mod device_segments;
 mod error;
 mod history;
 mod host_tier;
 mod movement;
 mod options;
+mod pool_shared;
 mod read_write;
 mod residency;
 mod reuse_cache;
-mod shared;
+mod segment_buffers;
 mod stats;
 mod submission;
 
@@ -65,8 +65,8 @@ pub use residency::Residency;
 use crate::config::{Config, Overflow};
 use crate::engine::{Engine, EngineLimits};
 use crate::gpu::GpuContext;
+use pool_shared::{BindingLimits, PoolShared, PoolState};
 use reuse_cache::ReuseCache;
-use shared::{BindingLimits, PoolShared, PoolState};
 
 /// A caching pool of device memory. Cheap to clone: clones share the same pool.
 /// `Pool` is `Send + Sync`; allocation and free from many threads are serialized by one lock

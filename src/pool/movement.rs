@@ -2,7 +2,7 @@
 
 use super::block::BlockParts;
 use super::error::{MoveError, ReadWriteError};
-use super::shared::{PoolShared, PoolState, free_to_engine};
+use super::pool_shared::{PoolShared, PoolState, free_to_engine};
 use super::{Block, Pool, Residency};
 use crate::engine::AllocError;
 use crate::gpu::scope::catch;

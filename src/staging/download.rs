@@ -8,8 +8,8 @@ use std::sync::Arc;
 use super::error::StagingError;
 use super::flight::{AfterMap, Flight};
 use super::host_buffer::{HostBuffer, Kind};
-use super::shared::Shared;
 use super::size_class::chunks;
+use super::staging_shared::StagingShared;
 use crate::pool::Block;
 
 /// One chunk copied from a block into a download buffer, with its map pending or done.
@@ -18,7 +18,7 @@ use crate::pool::Block;
 /// and unmapped it; dropped earlier, it hands the buffer to its flight, which unmaps and
 /// caches it once the GPU is done.
 struct ReadChunk {
-    shared: Arc<Shared>,
+    shared: Arc<StagingShared>,
     staging: Option<HostBuffer>,
     flight: Arc<Flight>,
     /// Bytes wanted.
@@ -31,7 +31,7 @@ impl ReadChunk {
     /// Submits the copy of `block[at..at + len]` into a download buffer of `class`, and maps
     /// it once the copy is done.
     fn submit(
-        shared: &Arc<Shared>,
+        shared: &Arc<StagingShared>,
         block: &Block,
         at: u64,
         len: usize,
@@ -193,7 +193,7 @@ pub(crate) fn check_download(
 /// submits meanwhile that writes the block may show in them; work submitted before the call
 /// always does.
 pub(crate) fn download_into(
-    shared: &Arc<Shared>,
+    shared: &Arc<StagingShared>,
     block: &Block,
     dst: &mut [u8],
 ) -> Result<(), StagingError> {
@@ -223,7 +223,7 @@ pub(crate) fn download_into(
 
 /// Submits copies of all of `block`'s `size()` bytes and returns at once.
 pub(crate) fn download_async(
-    shared: &Arc<Shared>,
+    shared: &Arc<StagingShared>,
     block: &Block,
 ) -> Result<DownloadTicket, StagingError> {
     let len = block.size();

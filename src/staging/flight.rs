@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use super::error::StagingError;
 use super::host_buffer::HostBuffer;
-use super::shared::Shared;
+use super::staging_shared::StagingShared;
 
 /// What happens to a buffer handed to a flight when its map completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +46,7 @@ impl Flight {
     /// Must be called after the submission that uses the buffer, with no lock of the pool
     /// held: the callback can run inside this call.
     pub fn start(
-        shared: &Arc<Shared>,
+        shared: &Arc<StagingShared>,
         buffer: &wgpu::Buffer,
         mode: wgpu::MapMode,
         range: std::ops::Range<u64>,
@@ -79,7 +79,7 @@ impl Flight {
     }
 
     /// The map callback. Runs on whichever thread polls wgpu.
-    fn complete(&self, outcome: Result<(), String>, pool: &Weak<Shared>) {
+    fn complete(&self, outcome: Result<(), String>, pool: &Weak<StagingShared>) {
         let orphan = {
             let mut state = self.lock();
             state.outcome = Some(outcome.clone());
@@ -132,7 +132,7 @@ impl Flight {
 
     /// Hands the flight the buffer it maps, when its holder gives up on it before or after
     /// the map completed: the buffer goes back to the cache once the GPU is done with it.
-    pub fn abandon(&self, buffer: HostBuffer, after: AfterMap, pool: &Weak<Shared>) {
+    pub fn abandon(&self, buffer: HostBuffer, after: AfterMap, pool: &Weak<StagingShared>) {
         let mut state = self.lock();
         match state.outcome.clone() {
             None => state.orphan = Some((buffer, after)),
@@ -146,7 +146,7 @@ impl Flight {
 
 /// Returns a buffer whose map completed to the cache, or destroys it if the map failed or
 /// the pool is gone.
-fn dispose(buffer: HostBuffer, after: AfterMap, mapped: bool, pool: &Weak<Shared>) {
+fn dispose(buffer: HostBuffer, after: AfterMap, mapped: bool, pool: &Weak<StagingShared>) {
     if !mapped {
         return;
     }

@@ -83,9 +83,9 @@ mod flight;
 mod host_buffer;
 mod options;
 mod readback_buffer;
-mod shared;
 mod size_class;
 mod staging_buffer;
+mod staging_shared;
 mod stats;
 mod upload;
 
@@ -106,7 +106,7 @@ pub use upload::UploadTicket;
 
 use crate::pool::{Block, Pool};
 use host_buffer::Kind;
-use shared::Shared;
+use staging_shared::StagingShared;
 
 /// A pool of cached host staging buffers for one device and queue. Cheap to clone: clones
 /// share the cache, the copy threads and the statistics. `Send + Sync`; transfers from many
@@ -116,7 +116,7 @@ use shared::Shared;
 /// `COPY_DST` for uploads and `COPY_SRC` for downloads, as the default pool usage has).
 #[derive(Clone)]
 pub struct StagingPool {
-    shared: Arc<Shared>,
+    shared: Arc<StagingShared>,
 }
 
 impl StagingPool {
@@ -128,7 +128,7 @@ impl StagingPool {
         options: StagingOptions,
     ) -> Result<StagingPool, StagingError> {
         Ok(StagingPool {
-            shared: Arc::new(Shared::new(device.clone(), queue.clone(), options)?),
+            shared: Arc::new(StagingShared::new(device.clone(), queue.clone(), options)?),
         })
     }
 

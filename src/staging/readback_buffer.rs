@@ -8,7 +8,7 @@ use super::download::check_download;
 use super::error::StagingError;
 use super::flight::{AfterMap, Flight};
 use super::host_buffer::HostBuffer;
-use super::shared::Shared;
+use super::staging_shared::StagingShared;
 use crate::pool::Block;
 
 enum State {
@@ -52,7 +52,7 @@ enum State {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ReadbackBuffer {
-    shared: Arc<Shared>,
+    shared: Arc<StagingShared>,
     staging: Option<HostBuffer>,
     len: u64,
     state: State,
@@ -75,7 +75,7 @@ impl std::ops::Deref for ReadView<'_> {
 }
 
 impl ReadbackBuffer {
-    pub(crate) fn new(shared: Arc<Shared>, staging: HostBuffer, len: u64) -> ReadbackBuffer {
+    pub(crate) fn new(shared: Arc<StagingShared>, staging: HostBuffer, len: u64) -> ReadbackBuffer {
         ReadbackBuffer {
             shared,
             staging: Some(staging),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::error::StagingError;
 use super::flight::{AfterMap, Flight};
 use super::host_buffer::HostBuffer;
-use super::shared::Shared;
+use super::staging_shared::StagingShared;
 use super::upload::check_upload;
 use crate::pool::Block;
 
@@ -54,7 +54,7 @@ enum State {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct StagingBuffer {
-    shared: Arc<Shared>,
+    shared: Arc<StagingShared>,
     staging: Option<HostBuffer>,
     len: u64,
     state: State,
@@ -86,7 +86,7 @@ impl StagingWrite<'_> {
 }
 
 impl StagingBuffer {
-    pub(crate) fn new(shared: Arc<Shared>, staging: HostBuffer, len: u64) -> StagingBuffer {
+    pub(crate) fn new(shared: Arc<StagingShared>, staging: HostBuffer, len: u64) -> StagingBuffer {
         StagingBuffer {
             shared,
             staging: Some(staging),

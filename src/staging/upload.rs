@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::error::StagingError;
 use super::flight::{AfterMap, Flight};
 use super::host_buffer::Kind;
-use super::shared::Shared;
 use super::size_class::chunks;
+use super::staging_shared::StagingShared;
 use crate::pool::Block;
 
 /// A submitted upload. Dropping it is fine: the staging memory still returns to the cache
@@ -97,7 +97,7 @@ pub(crate) fn check_upload(
 ///
 /// Returns once every chunk is submitted.
 pub(crate) fn upload(
-    shared: &Arc<Shared>,
+    shared: &Arc<StagingShared>,
     block: &Block,
     data: &[u8],
 ) -> Result<UploadTicket, StagingError> {
@@ -119,7 +119,7 @@ pub(crate) fn upload(
 }
 
 fn upload_chunk(
-    shared: &Arc<Shared>,
+    shared: &Arc<StagingShared>,
     block: &Block,
     at: u64,
     piece: &[u8],

@@ -16,7 +16,7 @@ use crate::gpu::scope::{CaughtError, catch};
 ///
 /// Lock order: a flight's state, then the cache. No lock is held across a wgpu call that can
 /// run callbacks (`submit`, `poll`, `map_async`, `unmap`).
-pub(crate) struct Shared {
+pub(crate) struct StagingShared {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub options: StagingOptions,
@@ -26,16 +26,16 @@ pub(crate) struct Shared {
     pub copies: CopyThreads,
 }
 
-impl Shared {
+impl StagingShared {
     pub fn new(
         device: wgpu::Device,
         queue: wgpu::Queue,
         options: StagingOptions,
-    ) -> Result<Shared, StagingError> {
+    ) -> Result<StagingShared, StagingError> {
         let max_buffer_size = device.limits().max_buffer_size;
         options.validate(max_buffer_size)?;
         let counters = Arc::new(Counters::default());
-        Ok(Shared {
+        Ok(StagingShared {
             cache: Cache::new(counters.clone(), options.max_cached_bytes),
             copies: CopyThreads::new(options.threads, options.min_bytes_per_thread),
             counters,
@@ -132,7 +132,7 @@ impl Shared {
     }
 }
 
-impl Drop for Shared {
+impl Drop for StagingShared {
     fn drop(&mut self) {
         self.empty_cache();
     }

@@ -12,7 +12,7 @@ use crate::gpu::scope::{CaughtError, catch};
 /// uncaptured-error handler. `release_segment` destroys the buffer at once: the engine only
 /// releases segments without live blocks, and wgpu keeps the memory alive until submitted work
 /// that used it has finished.
-pub(crate) struct DeviceSegments {
+pub(crate) struct SegmentBuffers {
     device: wgpu::Device,
     usage: wgpu::BufferUsages,
     label: String,
@@ -33,9 +33,9 @@ pub(crate) struct SegmentCounters {
     pub driver_time: Duration,
 }
 
-impl DeviceSegments {
+impl SegmentBuffers {
     pub fn new(device: wgpu::Device, usage: wgpu::BufferUsages, label: String) -> Self {
-        DeviceSegments {
+        SegmentBuffers {
             device,
             usage,
             label,
@@ -62,7 +62,7 @@ impl DeviceSegments {
     }
 }
 
-impl SegmentSource for DeviceSegments {
+impl SegmentSource for SegmentBuffers {
     fn create_segment(
         &mut self,
         id: SegmentId,
