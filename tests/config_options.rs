@@ -3,10 +3,12 @@
 //! messages, the `to_conf_string` round trip and panic-freedom on arbitrary input.
 
 use proptest::prelude::*;
-use wgpool::config::{Caching, CapError, Config, ConfigError, OPTIONS, Overflow, Policy};
+use wgpool::config::{
+    Caching, CapError, Config, ConfigError, ExpandableSegments, OPTIONS, Overflow, Policy,
+};
 use wgpool::engine::{
-    AllocError, Allocation, Engine, EngineError, EngineLimits, MemoryStats, OomCause, SegmentId,
-    SegmentKind, VirtualSegments,
+    AllocError, Allocation, Engine, EngineError, EngineLimits, MemoryMode, MemoryStats, OomCause,
+    SegmentId, SegmentKind, VirtualSegments,
 };
 
 const KIB: u64 = 1 << 10;
@@ -686,37 +688,73 @@ fn large_segment_size_sets_the_segment_for_medium_requests() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn expandable_segments_accepts_false_and_refuses_true() {
-    for value in ["False", "false", "0"] {
-        let config = Config::parse(&format!("expandable_segments:{value}")).unwrap();
-        assert_eq!(config, Config::default());
-        assert!(!config.expandable_segments);
+fn expandable_segments_takes_auto_true_and_false() {
+    for (values, expected) in [
+        (&["False", "false", "0"][..], ExpandableSegments::False),
+        (&["True", "true", "1"][..], ExpandableSegments::True),
+        (&["auto"][..], ExpandableSegments::Auto),
+    ] {
+        for value in values {
+            let config = Config::parse(&format!("expandable_segments:{value}")).unwrap();
+            assert_eq!(config.expandable_segments, Some(expected), "{value}");
+            assert_eq!(config.expandable(), expected);
+        }
     }
-    for value in ["True", "true", "1"] {
-        let (key, written, reason, message) =
-            invalid_value(&format!("expandable_segments:{value}"));
-        assert_eq!(
-            (key.as_str(), written.as_str()),
-            ("expandable_segments", value)
-        );
-        assert!(reason.contains("virtual memory"), "{reason}");
-        assert!(message.contains("virtual memory"), "{message}");
-    }
-    invalid_value("expandable_segments:maybe");
-    // Accepting False changes nothing in placement.
-    let run = |conf: &str| {
-        let mut pool = Pool::new(conf);
-        let a = pool.alloc(3 * MIB);
-        let b = pool.alloc(700);
-        pool.free(a);
-        pool.alloc(5 * MIB);
-        pool.free(b);
-        pool.engine.snapshot()
-    };
+    let (key, written, _, message) = invalid_value("expandable_segments:maybe");
     assert_eq!(
-        run("policy:pytorch,expandable_segments:False"),
-        run("policy:pytorch")
+        (key.as_str(), written.as_str()),
+        ("expandable_segments", "maybe")
     );
+    assert!(message.contains("auto"), "{message}");
+    // Each policy's default: auto for compact, PyTorch's False for pytorch.
+    assert_eq!(Config::default().expandable(), ExpandableSegments::Auto);
+    assert_eq!(
+        Config::parse("policy:pytorch").unwrap().expandable(),
+        ExpandableSegments::False
+    );
+    // Passthrough maps no pages.
+    let (key, _, reason, _) = invalid_value("backend:passthrough,expandable_segments:True");
+    assert_eq!(key, "expandable_segments");
+    assert!(reason.contains("passthrough"), "{reason}");
+}
+
+/// The memory mode follows `expandable_segments` and what the source can do.
+#[test]
+fn memory_mode_follows_expandable_segments_and_the_source() {
+    let pages = Some(VirtualSegments::H200_PAGES);
+    for (conf, can_map, expected) in [
+        ("", true, Some(MemoryMode::Pages)),
+        ("", false, Some(MemoryMode::Segments)),
+        (
+            "expandable_segments:auto",
+            false,
+            Some(MemoryMode::Segments),
+        ),
+        (
+            "expandable_segments:False",
+            true,
+            Some(MemoryMode::Segments),
+        ),
+        ("expandable_segments:True", true, Some(MemoryMode::Pages)),
+        ("expandable_segments:True", false, None),
+        ("policy:pytorch", true, Some(MemoryMode::Segments)),
+        (
+            "policy:pytorch,expandable_segments:True",
+            true,
+            Some(MemoryMode::Pages),
+        ),
+        ("backend:passthrough", true, Some(MemoryMode::Segments)),
+    ] {
+        let limits =
+            EngineLimits::unlimited().with_page_mapping(if can_map { pages } else { None });
+        match (Engine::new(Config::parse(conf).unwrap(), limits), expected) {
+            (Ok(engine), Some(mode)) => assert_eq!(engine.memory_mode(), mode, "`{conf}`"),
+            (Err(EngineError::PagesUnavailable), None) => {}
+            (other, _) => panic!("`{conf}` (can map: {can_map}): {other:?}"),
+        }
+    }
+    let message = EngineError::PagesUnavailable.to_string();
+    assert!(message.contains("expandable_segments:auto"), "{message}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1153,7 +1191,7 @@ fn valid_conf() -> impl Strategy<Value = String> {
         ),
         o(
             0.3,
-            prop_oneof![Just("False"), Just("false"), Just("0")]
+            prop_oneof![Just("False"), Just("false"), Just("0"), Just("auto")]
                 .prop_map(|v| format!("expandable_segments:{v}"))
                 .boxed(),
         ),

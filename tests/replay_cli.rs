@@ -267,8 +267,8 @@ fn a_bad_conf_exits_2_naming_the_key() {
             &["max_split_size_mb", "minimum of 20", "2097151"][..],
         ),
         (
-            "expandable_segments:True",
-            &["expandable_segments", "virtual memory"][..],
+            "expandable_segments:maybe",
+            &["expandable_segments", "auto"][..],
         ),
         (
             "policy:pytorch,policy:pytorch",

@@ -761,7 +761,7 @@ def resnet50_convs():
     return convs[0], blocks
 
 
-def w_resnet50(tr):
+def w_resnet50(tr, schedule=None):
     """ResNet-50 training, batch 256 at 224x224, AMP fp16 with GradScaler, cudnn.benchmark:
     the first step runs cudnnFind for every conv shape (workspaces up to ~1.5 GB), later
     steps use the chosen algorithms' workspaces (0 to a few hundred MB). SGD with momentum
@@ -769,6 +769,7 @@ def w_resnet50(tr):
     grad + wd*param list each step). 8 steps."""
     rng = tr.rng
     N = 256
+    steps = 8 if schedule is None else len(schedule)
     ab = FP16
     stem, blocks = resnet50_convs()
     allconvs = [stem] + [cv for b in blocks for cv in (b["a"], b["b"], b["c"], b["down"]) if cv]
@@ -828,7 +829,11 @@ def w_resnet50(tr):
         else:
             tr.f(g)
 
-    for step in range(8):
+    for step in range(steps):
+        if schedule is not None:
+            # Activations scale with batch x height x width: an image-size change acts as a
+            # batch change of the same area ratio (workspaces keep the batch-256 sizes).
+            N = schedule[step]
         bench = step == 0
         found = set()
         casts = {}
@@ -1466,6 +1471,171 @@ def w_moe(tr):
         tr.f(grads)
 
 
+# ---- more workload kinds: batch and image-size cycling, variable-length fine-tuning,
+# ---- vision transformers, serving with random shapes, KV caches grown by concatenation,
+# ---- random size mixes around the allocator's borders ---------------------------------
+
+
+def w_resnet_batch_cycle(tr):
+    """ResNet-50 training as in resnet50-amp, but the batch size cycles through 256, 128,
+    64, 192, 32 and 224 (as a job that steps its batch size, or a data loader whose last
+    batches are short), two cycles: every activation changes size every step."""
+    w_resnet50(tr, schedule=[256, 128, 64, 192, 32, 224] * 2)
+
+
+def w_convnext_multiscale(tr):
+    """Convolutional training with multi-scale inputs (ConvNeXt / detection style): batch
+    96, image side drawn each step from 160 to 320 in steps of 32, so activation sizes
+    change with the square of the side. Modelled on the ResNet-50 layer shapes, 12 steps."""
+    sides = [tr.rng.randrange(160, 321, 32) for _ in range(12)]
+    w_resnet50(tr, schedule=[96 * (s / 224) ** 2 for s in sides])
+
+
+def w_bert_varlen(tr):
+    """BERT-base fine-tuning (12 x 768, 12 heads, vocab 30522, learned positions), AMP bf16,
+    eager attention (scores materialised), batch 32 padded to the longest sequence of the
+    batch (32..512, multiples of 8), HF-style logits kept alive, foreach AdamW, 12 steps."""
+
+    def shapes(step, micro, rng):
+        return 32, max(rng.randrange(32, 513, 8) for _ in range(3))
+
+    c = TConf(
+        layers=12, d=768, heads=12, ff=3072, vocab=30522, max_pos=512, amp=True,
+        attn="math", dropout=True, keep_logits=True, steps=12, shapes=shapes,
+    )
+    TransformerTrainer(tr, c).run()
+
+
+def w_vit_bf16(tr):
+    """ViT-B/16 training under bf16 autocast (12 x 768, 12 heads, 197 tokens, 1000
+    classes as the vocabulary of the head), batch 128 fixed, flash attention, foreach
+    AdamW, 8 steps."""
+    c = TConf(
+        layers=12, d=768, heads=12, ff=3072, vocab=1000, max_pos=197, amp=True,
+        attn="flash", tied=False, steps=8, shapes=lambda st, m, r: (128, 197),
+    )
+    TransformerTrainer(tr, c).run()
+
+
+def w_gpt2_serve_random(tr):
+    """GPT-2 (12 x 768, vocab 50257) serving requests of random batch (1..32) and length
+    (8..1024) in fp16: a full forward pass with eager attention and full logits, then a
+    short generation (8..32 tokens) that grows a per-layer KV cache by concatenation.
+    200 requests."""
+    rng = tr.rng
+    L, d, H, V, ab = 12, 768, 12, 50257, FP16
+    weights = [tr.a(n * ab) for n in [V * d, 1024 * d] + [12 * d * d + 13 * d] * L]
+    for _ in range(200):
+        B = rng.randint(1, 32)
+        T = rng.randint(8, 1024)
+        ids = tr.a(B * T * I64)
+        x = tr.a(B * T * d * ab)
+        cache = []
+        for _layer in range(L):
+            ln = tr.a(B * T * d * ab)
+            qkv = tr.a(B * T * 3 * d * ab)
+            k = tr.a(B * T * d * ab)
+            v = tr.a(B * T * d * ab)
+            scores = tr.a(B * H * T * T * ab)
+            probs = tr.a(B * H * T * T * ab)
+            tr.f(scores)
+            att = tr.a(B * T * d * ab)
+            tr.f(probs, qkv, ln)
+            proj = tr.a(B * T * d * ab)
+            tr.f(att)
+            x2 = tr.a(B * T * d * ab)
+            tr.f(proj, x)
+            h1 = tr.a(B * T * 4 * d * ab)
+            h2 = tr.a(B * T * 4 * d * ab)
+            tr.f(h1)
+            out = tr.a(B * T * d * ab)
+            tr.f(h2)
+            x = tr.a(B * T * d * ab)
+            tr.f(out, x2)
+            cache.append([k, v])
+        logits = tr.a(B * T * V * ab)
+        tr.f(x)
+        nxt = tr.a(B * I64)
+        tr.f(logits)
+        n = T
+        for _step in range(rng.randint(8, 32)):
+            n += 1
+            for pair in cache:
+                for j in range(2):
+                    grown = tr.a(B * n * d * ab)
+                    tr.f(pair[j])
+                    pair[j] = grown
+                tmp = tr.a(B * H * n * ab)
+                tr.f(tmp)
+            step_logits = tr.a(B * V * ab)
+            tr.f(step_logits)
+        tr.f(nxt, ids)
+        tr.f([p for pair in cache for p in pair])
+    tr.f(weights)
+
+
+def w_kv_decode_cat(tr):
+    """Decoder serving with a growing KV cache (HF DynamicCache style): a Llama-like 1B
+    model (16 x 2048, 32 heads / 8 KV heads, vocab 128256, bf16) serves batches of 1..16
+    requests, prefill of 64..1024 tokens, then 32..256 decode steps, each of which
+    re-allocates every layer's K and V one token longer (torch.cat), with fp32 logits per
+    step. 30 batches."""
+    rng = tr.rng
+    L, d, heads, kvh, V, ab = 16, 2048, 32, 8, 128256, BF16
+    hd = d // heads
+    weights = [tr.a(V * d * ab)] + [tr.a((4 * d * d + 3 * d * 8192) * ab) for _ in range(L)]
+    for _ in range(30):
+        B = rng.randint(1, 16)
+        P = rng.randint(64, 1024)
+        steps = rng.randint(32, 256)
+        kv = []
+        x = tr.a(B * P * d * ab)
+        for _layer in range(L):
+            k = tr.a(B * P * kvh * hd * ab)
+            v = tr.a(B * P * kvh * hd * ab)
+            q = tr.a(B * P * d * ab)
+            mlp = tr.a(B * P * 8192 * ab)
+            tr.f(q, mlp)
+            kv.append([k, v])
+        logits = tr.a(B * V * FP32)
+        tr.f(x, logits)
+        n = P
+        for _step in range(steps):
+            n += 1
+            h = tr.a(B * d * ab)
+            for pair in kv:
+                for j in range(2):
+                    grown = tr.a(B * n * kvh * hd * ab)
+                    tr.f(pair[j])
+                    pair[j] = grown
+                scores = tr.a(B * heads * n * FP32)
+                tr.f(scores)
+            logits = tr.a(B * V * FP32)
+            tr.f(h, logits)
+        tr.f([p for pair in kv for p in pair])
+    tr.f(weights)
+
+
+def w_random_mix(tr):
+    """Random allocations and frees: sizes log-uniform from 512 B to 256 MiB, a third of
+    them within 10% of the allocator's borders (1 MiB, 10 MiB, 128 MiB), lifetimes drawn
+    from a heavy-tailed distribution, about 2 GiB live. 60,000 operations."""
+    rng = tr.rng
+    live = []
+    borders = [1 << 20, 10 << 20, 128 << 20]
+    for _ in range(30000):
+        if rng.random() < 1 / 3:
+            size = int(rng.choice(borders) * rng.uniform(0.9, 1.1))
+        else:
+            size = int(math.exp(rng.uniform(math.log(512), math.log(256 << 20))))
+        live.append((tr.a(size), rng.paretovariate(1.2)))
+        while tr.live > (2 << 30) or (live and rng.random() < 0.5):
+            i = min(range(len(live)), key=lambda j: live[j][1]) if rng.random() < 0.7 \
+                else rng.randrange(len(live))
+            tr.f(live.pop(i)[0])
+    tr.f([h for h, _ in live])
+
+
 WORKLOADS = {
     "gpt-1.3b-fixed": w_gpt13b_fixed,
     "gpt2-medium-eager": w_gpt2m_eager,
@@ -1476,6 +1646,13 @@ WORKLOADS = {
     "serve-7b-blocks": w_serve_blocks,
     "train-eval-phases": w_train_eval,
     "moe-varying-experts": w_moe,
+    "resnet50-batch-cycle": w_resnet_batch_cycle,
+    "convnet-multiscale": w_convnext_multiscale,
+    "bert-base-varlen": w_bert_varlen,
+    "vit-b16-bf16": w_vit_bf16,
+    "gpt2-serve-random": w_gpt2_serve_random,
+    "kv-decode-cat": w_kv_decode_cat,
+    "random-mix": w_random_mix,
 }
 
 SEEDS = {name: 1000 + i for i, name in enumerate(WORKLOADS)}

@@ -68,6 +68,28 @@ impl Caching {
     }
 }
 
+/// Whether the engine maps pages into growing address ranges (`expandable_segments`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpandableSegments {
+    /// Pages where the segment source can map them, fixed segments where it cannot.
+    Auto,
+    /// Pages; a source that cannot map them is an error.
+    True,
+    /// Fixed segments, one device allocation each.
+    False,
+}
+
+impl ExpandableSegments {
+    /// The name used in `WGPOOL_CONF`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExpandableSegments::Auto => "auto",
+            ExpandableSegments::True => "True",
+            ExpandableSegments::False => "False",
+        }
+    }
+}
+
 /// What the pool does when the device cap is reached and releasing cached memory did not help.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Overflow {
@@ -126,8 +148,10 @@ pub struct Config {
     pub memory_limit: Option<u64>,
     /// Segment size for large-pool requests under 10 MiB (`large_segment_size_mb`).
     pub large_segment_size: u64,
-    /// Always false: wgpu has no virtual memory mapping (`expandable_segments`).
-    pub expandable_segments: bool,
+    /// Page mapping (`expandable_segments`); `None` is the policy's default: `auto` for
+    /// `policy:compact`, `False` for `policy:pytorch` (PyTorch's default). See
+    /// [`Config::expandable`].
+    pub expandable_segments: Option<ExpandableSegments>,
     /// Caching pool or pass-through (`backend`).
     pub backend: Caching,
     /// Behaviour at the cap (`overflow`).
@@ -155,7 +179,7 @@ impl Default for Config {
             per_process_memory_fraction: None,
             memory_limit: None,
             large_segment_size: 20 << 20,
-            expandable_segments: false,
+            expandable_segments: None,
             backend: Caching::default(),
             overflow: Overflow::default(),
             compact_min_share: 0.0625,
@@ -199,6 +223,8 @@ builders! {
     with_memory_limit: memory_limit: Option<u64>;
     /// Sets `large_segment_size` in bytes.
     with_large_segment_size: large_segment_size: u64;
+    /// Sets `expandable_segments` (`None`: the policy's default).
+    with_expandable_segments: expandable_segments: Option<ExpandableSegments>;
     /// Sets `backend`.
     with_backend: backend: Caching;
     /// Sets `overflow`.
@@ -229,6 +255,22 @@ impl Config {
     /// all [`ConfigError`]s that name what was wrong and what is allowed.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         parse::parse(text)
+    }
+
+    /// Whether pages are mapped: `expandable_segments` as set, or the policy's default
+    /// (`auto` for `policy:compact`, `False` for `policy:pytorch`, as in PyTorch).
+    ///
+    /// ```
+    /// use wgpool::config::{Config, ExpandableSegments};
+    /// assert_eq!(Config::default().expandable(), ExpandableSegments::Auto);
+    /// let pytorch = Config::parse("policy:pytorch").unwrap();
+    /// assert_eq!(pytorch.expandable(), ExpandableSegments::False);
+    /// ```
+    pub fn expandable(&self) -> ExpandableSegments {
+        self.expandable_segments.unwrap_or(match self.policy {
+            Policy::Compact => ExpandableSegments::Auto,
+            Policy::Pytorch => ExpandableSegments::False,
+        })
     }
 
     /// Checks that every value is one the parser could have produced: within the bounds of

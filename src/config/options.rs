@@ -1,7 +1,7 @@
 //! The option table: the one place that says what each `WGPOOL_CONF` key means.
 
 use super::roundup::MAX_DIVISIONS;
-use super::{Caching, Config, ConfigError, Overflow, Policy, RoundupDivisions};
+use super::{Caching, Config, ConfigError, ExpandableSegments, Overflow, Policy, RoundupDivisions};
 use crate::engine::MAX_SEGMENT_SIZE;
 
 /// A value as written after `key:`: a scalar, or a bracketed list of `key:value` entries.
@@ -293,30 +293,32 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         key: "expandable_segments",
-        default: "False",
-        allowed: "`False` (`True` is refused: wgpu has no virtual memory mapping)",
-        meaning: "Accepted for compatibility with PYTORCH_CUDA_ALLOC_CONF. Growing a segment in \
-                  place needs virtual memory mapping, which wgpu does not expose, so only \
-                  `False` is valid.",
+        default: "`auto` with `policy:compact`, `False` with `policy:pytorch`",
+        allowed: "`auto`, `True` or `False` (also `true`, `false`, `1`, `0`)",
+        meaning: "Map memory in pages into growing address ranges (virtual memory: Vulkan \
+                  sparse binding on a GPU) instead of fixed segments. `True` requires a device \
+                  that can map pages; `auto` maps pages where the device can and uses fixed \
+                  segments elsewhere; `False` always uses fixed segments. With \
+                  `policy:pytorch`, pages follow PyTorch's expandable segments (one range per \
+                  stream and pool, 2 MiB pages for the small pool and 20 MiB for the large, \
+                  unmapped when cached blocks are released); with `policy:compact`, idle pages \
+                  are recycled to keep physical memory near the peak of live memory. \
+                  `backend:passthrough` needs `False` or `auto`.",
         apply: |c, v| {
-            if parse_bool(v.scalar()?)? {
-                return Err(
-                    "wgpu has no virtual memory mapping, so segments cannot grow in \
-                            place; leave expandable_segments off (policy:compact limits \
-                            fragmentation instead)"
-                        .into(),
-                );
-            }
-            c.expandable_segments = false;
+            let text = v.scalar()?;
+            c.expandable_segments = Some(if text == "auto" {
+                ExpandableSegments::Auto
+            } else if parse_bool(text).map_err(|_| "not `auto` or a boolean".to_string())? {
+                ExpandableSegments::True
+            } else {
+                ExpandableSegments::False
+            });
             Ok(())
         },
         render: |c| {
-            if c.expandable_segments {
-                "True"
-            } else {
-                "False"
-            }
-            .to_string()
+            c.expandable_segments
+                .map_or("default", ExpandableSegments::name)
+                .to_string()
         },
     },
     OptionSpec {
@@ -504,6 +506,13 @@ pub(crate) fn validate(c: &Config) -> Result<(), ConfigError> {
     }
     if let Some(f) = c.per_process_memory_fraction {
         check_number("per_process_memory_fraction", f, 0.0..=1.0)?;
+    }
+    if c.backend == Caching::Passthrough && c.expandable() == ExpandableSegments::True {
+        return Err(out_of_range(
+            "expandable_segments",
+            "True".into(),
+            "backend:passthrough gives every request a segment of its own and maps no pages".into(),
+        ));
     }
     check_number("compact_min_share", c.compact_min_share, 0.0..=1.0)?;
     check_number(

@@ -99,5 +99,6 @@ pub(super) fn parse(text: &str) -> Result<Config, ConfigError> {
             allowed: option.allowed,
         })?;
     }
+    config.validate()?;
     Ok(config)
 }

@@ -7,6 +7,7 @@ use super::types::SegmentId;
 
 /// One block of a segment, as [`Engine::snapshot`](super::Engine::snapshot) reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BlockSnapshot {
     /// Offset in the segment.
     pub offset: u64,
@@ -16,10 +17,15 @@ pub struct BlockSnapshot {
     pub allocated: bool,
     /// The caller's size, for allocated blocks.
     pub requested: u64,
+    /// Whether memory is mapped behind it: always, but for the unmapped address space of a
+    /// range in pages mode (never allocated).
+    pub mapped: bool,
 }
 
-/// One segment and its blocks in address order (like `torch.cuda.memory_snapshot()`).
+/// One segment and its blocks in address order (like `torch.cuda.memory_snapshot()`). In
+/// pages mode a segment is an address range, and its blocks include unmapped ones.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SegmentSnapshot {
     /// The segment's id in the [`SegmentSource`](super::SegmentSource).
     pub id: SegmentId,
@@ -53,6 +59,7 @@ impl EngineState {
                     size: b.size(),
                     allocated,
                     requested: if allocated { b.requested } else { 0 },
+                    mapped: !self.links.is_unmapped(cursor),
                 });
                 cursor = self.links.next(cursor);
             }
@@ -71,26 +78,40 @@ impl EngineState {
     /// Recounts every current statistic from the layout and checks the structural
     /// invariants: blocks tile their segment without gaps or overlap, are 512 B aligned, no
     /// two free blocks are adjacent, every free block is indexed exactly once and no
-    /// allocated block is. Returns a description of the first violation.
+    /// allocated block is. In pages mode also: unmapped blocks start and end on page borders,
+    /// no two are adjacent, none is allocated, each is indexed once; `reserved_bytes` is the
+    /// mapped bytes; the idle pages list holds exactly the free blocks with a whole page; no
+    /// memory is held between calls. Returns a description of the first violation.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut counted = super::MemoryStats::default();
         let mut indexed_free = 0usize;
+        let mut unmapped_blocks = 0usize;
         let mut idle = Vec::new();
+        let mut idle_pages = Vec::new();
         for segment in self.snapshot() {
             let s = &self.segments[segment.id.0 as usize];
-            if let [only] = segment.blocks.as_slice()
-                && !only.allocated
-            {
-                idle.push((s.idle_since, segment.id.0));
-            }
             let pool = segment.pool;
-            counted.segment.increase(pool, 1);
-            counted.reserved_bytes.increase(pool, segment.size);
-            if self.is_oversize(segment.size) {
-                counted.oversize_segments.increase(1);
+            let page = self.page_of(pool);
+            if !self.paged {
+                if let [only] = segment.blocks.as_slice()
+                    && !only.allocated
+                {
+                    idle.push((s.idle_since, segment.id.0));
+                }
+                counted.segment.increase(pool, 1);
+                counted.reserved_bytes.increase(pool, segment.size);
+                if self.is_oversize(segment.size) {
+                    counted.oversize_segments.increase(1);
+                }
+            } else if segment.size % page != 0 {
+                return Err(format!(
+                    "range {:?} of {} B is not whole pages of {page} B",
+                    segment.id, segment.size
+                ));
             }
             let mut expected_offset = 0;
             let mut previous_free = false;
+            let mut previous_unmapped = false;
             let split = segment.blocks.len() > 1;
             for b in &segment.blocks {
                 if b.offset != expected_offset {
@@ -106,6 +127,40 @@ impl EngineState {
                     ));
                 }
                 expected_offset += b.size;
+                if !b.mapped {
+                    if !self.paged || b.allocated {
+                        return Err(format!(
+                            "segment {:?}: block at {} is unmapped but {}",
+                            segment.id,
+                            b.offset,
+                            if b.allocated {
+                                "allocated"
+                            } else {
+                                "not in pages mode"
+                            }
+                        ));
+                    }
+                    if b.offset % page != 0 || b.size % page != 0 {
+                        return Err(format!(
+                            "range {:?}: unmapped block {}+{} is not whole pages of {page} B",
+                            segment.id, b.offset, b.size
+                        ));
+                    }
+                    if previous_unmapped {
+                        return Err(format!(
+                            "range {:?}: two adjacent unmapped blocks at {}",
+                            segment.id, b.offset
+                        ));
+                    }
+                    previous_unmapped = true;
+                    previous_free = false;
+                    unmapped_blocks += 1;
+                    continue;
+                }
+                previous_unmapped = false;
+                if self.paged {
+                    counted.reserved_bytes.increase(pool, b.size);
+                }
                 if b.allocated {
                     previous_free = false;
                     counted.allocation.increase(pool, 1);
@@ -125,7 +180,11 @@ impl EngineState {
                     }
                     previous_free = true;
                     indexed_free += 1;
-                    if split {
+                    if self.paged {
+                        if super::pages::holds_page(b.offset, b.size, page) {
+                            idle_pages.push((segment.id.0, b.offset));
+                        }
+                    } else if split {
                         counted.inactive_split.increase(pool, 1);
                         counted.inactive_split_bytes.increase(pool, b.size);
                     }
@@ -160,7 +219,9 @@ impl EngineState {
         for pool in [SegmentKind::Small, SegmentKind::Large] {
             for key in self.free_index[pool.index()].iter() {
                 let b = &self.blocks[key.block as usize];
-                if !b.in_use || self.links.is_allocated(key.block) || key != self.key_of(key.block)
+                if !b.in_use
+                    || !self.links.is_free_block(key.block)
+                    || key != self.key_of(key.block)
                 {
                     return Err(format!("free index entry {key:?} does not match its block"));
                 }
@@ -168,6 +229,28 @@ impl EngineState {
                     return Err(format!("block {} indexed in the wrong pool", key.block));
                 }
             }
+            for key in self.pages.unmapped_by_size[pool.index()].iter() {
+                let b = &self.blocks[key.block as usize];
+                let by_address = (key.stream, key.address, key.block);
+                if !b.in_use
+                    || !self.links.is_unmapped_block(key.block)
+                    || key != self.key_of(key.block)
+                    || b.pool != pool
+                    || !self.pages.unmapped_by_address[pool.index()].contains(&by_address)
+                {
+                    return Err(format!(
+                        "unmapped index entry {key:?} does not match its block"
+                    ));
+                }
+            }
+        }
+        let unmapped_indexed: usize = self.pages.unmapped_by_size.iter().map(|i| i.len()).sum();
+        let by_address: usize = self.pages.unmapped_by_address.iter().map(|i| i.len()).sum();
+        if unmapped_indexed != unmapped_blocks || by_address != unmapped_blocks {
+            return Err(format!(
+                "{unmapped_blocks} unmapped blocks, {unmapped_indexed} indexed by size and \
+                 {by_address} by address"
+            ));
         }
         // The list holds exactly the wholly free segments, least recently idle first.
         idle.sort_unstable();
@@ -179,6 +262,31 @@ impl EngineState {
         if listed != idle || self.idle.len() != idle.len() {
             return Err(format!(
                 "idle segments {idle:?} but the engine lists {listed:?}"
+            ));
+        }
+        // In pages mode, the idle pages list holds exactly the free blocks with a whole page.
+        idle_pages.sort_unstable();
+        let mut listed: Vec<(u32, u64)> = self
+            .pages
+            .idle_pages
+            .iter()
+            .map(|b| {
+                (
+                    self.blocks[b as usize].segment,
+                    self.blocks[b as usize].offset(),
+                )
+            })
+            .collect();
+        listed.sort_unstable();
+        if listed != idle_pages || self.pages.idle_pages.len() != idle_pages.len() {
+            return Err(format!(
+                "free blocks with idle pages {idle_pages:?} but the engine lists {listed:?}"
+            ));
+        }
+        if self.pages.stats.held_bytes != 0 {
+            return Err(format!(
+                "{} bytes held between calls",
+                self.pages.stats.held_bytes
             ));
         }
         let indexed = self.free_index[0].len() + self.free_index[1].len();

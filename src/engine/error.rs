@@ -198,6 +198,12 @@ pub enum EngineError {
     /// The configuration holds a value the engine cannot represent.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// `expandable_segments:True`, but the segment source cannot map pages.
+    #[error(
+        "expandable_segments:True needs a device that can map pages (Vulkan sparse binding), \
+         and this one cannot; use expandable_segments:auto to fall back to fixed segments"
+    )]
+    PagesUnavailable,
 }
 
 /// Where a largest-block limit comes from: the engine's own bound on segments, or (below it)

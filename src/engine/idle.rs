@@ -1,15 +1,17 @@
-//! The segments that hold a single free block, least recently idle first.
+//! A least-recently-idle list over slots: the segments that hold a single free block, and in
+//! pages mode the free blocks that hold whole idle pages.
 //!
-//! A segment joins at the back when its last allocated block is freed, and leaves when a
-//! request takes its block or the segment is released. Segments join in the order of the
-//! engine's clock, so the list stays in `idle_since` order with no sorting, and both joining
-//! and leaving cost O(1): `empty_cache`, garbage collection and the compact policy find the
-//! cached segments without looking through every free block.
+//! A slot joins at the back when it becomes idle (a segment's last allocated block is freed;
+//! a free block grows to hold a whole page), and leaves when a request takes it or it is
+//! released. Slots join in the order of the engine's clock, so the list stays in idle order
+//! with no sorting, and both joining and leaving cost O(1): `empty_cache`, garbage
+//! collection, the compact policy and page recycling find what is idle without looking
+//! through every free block.
 
 use super::links::NONE;
 
-/// A doubly linked list over segment slots.
-#[derive(Debug, Default)]
+/// A doubly linked list over slots. Create it with [`IdleList::new`].
+#[derive(Debug)]
 pub(crate) struct IdleList {
     first: u32,
     last: u32,
@@ -25,7 +27,9 @@ impl IdleList {
         IdleList {
             first: NONE,
             last: NONE,
-            ..IdleList::default()
+            len: 0,
+            links: Vec::new(),
+            member: Vec::new(),
         }
     }
 
@@ -76,6 +80,42 @@ impl IdleList {
         true
     }
 
+    /// Puts `new` (not in the list) where `old` is, and takes `old` out; returns whether `old`
+    /// was in the list (if not, nothing changes).
+    pub fn replace(&mut self, old: u32, new: u32) -> bool {
+        if !self.contains(old) {
+            return false;
+        }
+        self.grow_to(new);
+        debug_assert!(!self.member[new as usize], "slot {new} idle twice");
+        let [prev, next] = self.links[old as usize];
+        self.links[new as usize] = [prev, next];
+        if prev == NONE {
+            self.first = new;
+        } else {
+            self.links[prev as usize][1] = new;
+        }
+        if next == NONE {
+            self.last = new;
+        } else {
+            self.links[next as usize][0] = new;
+        }
+        self.member[old as usize] = false;
+        self.member[new as usize] = true;
+        true
+    }
+
+    /// The least recently idle slot.
+    pub fn first(&self) -> Option<u32> {
+        (self.first != NONE).then_some(self.first)
+    }
+
+    /// The slot after `slot` (which is in the list), or `None` at the end.
+    pub fn next_of(&self, slot: u32) -> Option<u32> {
+        let next = self.links[slot as usize][1];
+        (next != NONE).then_some(next)
+    }
+
     pub fn contains(&self, segment: u32) -> bool {
         self.member.get(segment as usize).copied().unwrap_or(false)
     }
@@ -118,5 +158,17 @@ mod tests {
         assert_eq!((list.len(), list.iter().count()), (0, 0));
         list.push_back(3);
         assert_eq!(list.iter().collect::<Vec<_>>(), [3]);
+        list.push_back(8);
+        list.push_back(1);
+        assert!(list.replace(8, 20), "in the middle");
+        assert!(list.replace(3, 4), "at the front");
+        assert!(list.replace(1, 2), "at the back");
+        assert!(!list.replace(8, 9), "no longer there");
+        assert_eq!(list.iter().collect::<Vec<_>>(), [4, 20, 2]);
+        assert_eq!(
+            (list.first(), list.next_of(20), list.next_of(2)),
+            (Some(4), Some(2), None)
+        );
+        assert!(!list.contains(8) && list.contains(20) && list.len() == 3);
     }
 }

@@ -39,6 +39,7 @@ mod error;
 pub(crate) mod free_index;
 mod idle;
 mod links;
+mod pages;
 mod policy;
 mod preload;
 mod records;
@@ -54,15 +55,18 @@ mod types;
 
 pub use check::{BlockSnapshot, SegmentSnapshot};
 pub use error::{AllocError, EngineError, FreeError, OomCause, OutOfMemory};
+pub use pages::PageStats;
 pub use rounding::SegmentKind;
 pub use source::{PageMapping, SegmentSource, SourceError, SourceErrorKind, VirtualSegments};
 pub use stats::{MemoryStats, Stat, StatArray};
-pub use types::{Allocation, BlockId, EngineLimits, MAX_SEGMENT_SIZE, SegmentId};
+pub use types::{Allocation, BlockId, EngineLimits, MAX_SEGMENT_SIZE, MemoryMode, SegmentId};
 
-use crate::config::Config;
-use policy::PlacementPolicy;
+use crate::config::{Caching, Config, ExpandableSegments, Policy};
+use pages::{PageLayout, PageState};
+use policy::{PlacementPolicy, Request};
 use preload::preload_record;
 use rounding::round_request;
+use rounding::{SMALL_SEGMENT_SIZE, segment_size_for};
 use state::EngineState;
 
 /// The placement engine. See the [module documentation](self).
@@ -81,13 +85,68 @@ impl Engine {
     /// range (possible only for a `Config` changed after parsing), and [`EngineError::Cap`]
     /// when it cannot be applied to these limits: a `per_process_memory_fraction` with no
     /// known device size and no `memory_limit_mb`.
+    ///
+    /// The memory mode follows `expandable_segments`: pages where the limits say the source
+    /// can map them (`auto`, `True`), fixed segments otherwise (`False`, or `auto` on a
+    /// source that cannot; `backend:passthrough` always). [`EngineError::PagesUnavailable`]
+    /// for `True` on a source that cannot.
     pub fn new(config: Config, limits: EngineLimits) -> Result<Engine, EngineError> {
         config.validate()?;
         let cap = config.memory_cap(limits.device_memory)?;
-        let policy = policy::for_config(&config);
+        let paged = match (config.expandable(), limits.page_mapping) {
+            (ExpandableSegments::False, _) => false,
+            (_, None) if config.expandable() == ExpandableSegments::True => {
+                return Err(EngineError::PagesUnavailable);
+            }
+            (_, None) => false,
+            (_, Some(_)) => config.backend == Caching::Native,
+        };
+        let pages = match (paged, limits.page_mapping) {
+            (true, Some(mapping)) => {
+                // PyTorch maps 2 MiB pages for the small pool and pages of its large
+                // segment (20 MiB) for the large one; the compact policy maps finer pages.
+                let (small, large) = match config.policy {
+                    Policy::Pytorch => (
+                        SMALL_SEGMENT_SIZE,
+                        segment_size_for(&config, rounding::SMALL_SIZE + 1),
+                    ),
+                    Policy::Compact => policy::COMPACT_PAGES,
+                };
+                let layout = PageLayout::new(mapping, small, large, limits.device_memory);
+                Some(PageState::new(layout))
+            }
+            _ => None,
+        };
+        let max_segment_size = match &pages {
+            Some(pages) => pages.layout.map_or(limits.max_segment_size, |l| {
+                l.max_range[0]
+                    .min(l.max_range[1])
+                    .min(limits.max_segment_size)
+            }),
+            None => limits.max_segment_size,
+        };
+        let policy = policy::for_config(&config, paged);
         Ok(Engine {
-            state: EngineState::new(config, cap, limits.max_segment_size),
+            state: EngineState::new(config, cap, max_segment_size, pages),
             policy,
+        })
+    }
+
+    /// Whether the engine maps pages or creates fixed segments.
+    pub fn memory_mode(&self) -> MemoryMode {
+        if self.state.paged {
+            MemoryMode::Pages
+        } else {
+            MemoryMode::Segments
+        }
+    }
+
+    /// What page mapping has done, in pages mode.
+    pub fn page_stats(&self) -> Option<PageStats> {
+        self.state.paged.then(|| {
+            let mut stats = self.state.pages.stats;
+            stats.mapped_bytes = self.state.reserved();
+            stats
         })
     }
 
@@ -142,6 +201,7 @@ impl Engine {
     /// Sets every peak statistic to its current value.
     pub fn reset_peak_stats(&mut self) {
         self.state.stats.reset_peak();
+        self.state.pages.stats.physical_peak = self.state.physical();
     }
 
     /// Zeroes the accumulated statistics and counters.
@@ -159,7 +219,13 @@ impl Engine {
 
     /// The statistics as a text table (PyTorch's `memory_summary`).
     pub fn memory_summary(&self) -> String {
-        summary::render(&self.state.stats, &self.state.config, self.state.cap)
+        summary::render(
+            &self.state.stats,
+            &self.state.config,
+            self.state.cap,
+            self.memory_mode(),
+            self.page_stats(),
+        )
     }
 
     /// Where a live block is, or `None` for a stale id.
@@ -227,7 +293,15 @@ impl Engine {
                 state.free_index[kind.index()].remove(&key);
                 key.block
             }
-            None => state.serve_miss(&mut *self.policy, kind, stream, size, rounded, source)?,
+            None => {
+                let request = Request {
+                    kind,
+                    stream,
+                    requested: size,
+                    rounded,
+                };
+                self.policy.grow(state, request, source)?
+            }
         };
         Ok(state.take_block(block, rounded, size))
     }
@@ -288,9 +362,18 @@ impl Engine {
     }
 
     /// Releases every cached segment that holds no live block (PyTorch's `empty_cache`).
-    /// Segments with live blocks stay, so `inactive_split` memory remains reserved.
+    /// Segments with live blocks stay, so `inactive_split` memory remains reserved. In pages
+    /// mode, every idle page (a whole page of a free block) is unmapped and its memory
+    /// freed, and ranges left without a mapped page are released; pages the source refuses
+    /// to unmap stay mapped.
     pub fn empty_cache(&mut self, source: &mut dyn SegmentSource) {
-        self.state.release_cached_blocks(source);
+        if self.state.paged {
+            // A source that refuses to unmap keeps its pages; there is nothing else to do.
+            let batched = self.state.config.policy == Policy::Compact;
+            let _ = self.state.unmap_all_idle(batched, source);
+        } else {
+            self.state.release_cached_blocks(source);
+        }
     }
 
     /// Every segment with its blocks, in segment-id order.

@@ -3,7 +3,7 @@
 //! `release_available_cached_blocks` and `release_cached_blocks`).
 
 use super::error::{AllocError, OomCause, OutOfMemory};
-use super::policy::PlacementPolicy;
+use super::policy::Request;
 use super::rounding::SegmentKind;
 use super::segments::NoSegment;
 use super::source::SegmentSource;
@@ -28,33 +28,33 @@ impl EngineState {
     ) -> Result<Attempt, AllocError> {
         match self.create_segment(size, kind, stream, source) {
             Ok(block) => Ok(Attempt::Created(block)),
-            Err(NoSegment::Cap) => Ok(Attempt::OutOfMemory(OomCause::Cap)),
-            Err(NoSegment::Source(error)) if error.is_out_of_memory() => {
-                Ok(Attempt::OutOfMemory(OomCause::Device(error)))
-            }
-            Err(NoSegment::Source(error)) => Err(AllocError::Source(error)),
+            Err(failure) => Self::classify(failure).map(Attempt::OutOfMemory),
         }
     }
 
-    /// Finds or makes a free block for a request that missed the cache, or fails with
-    /// out-of-memory after the whole retry chain. Only out-of-memory (the cap, or the source
+    /// Makes a free block for a request that missed the cache, with a new segment of
+    /// `segment_size` bytes (bounded by the largest segment), or fails with out-of-memory
+    /// after the whole retry chain. `make_room` runs before the first attempt (the compact
+    /// policy releases idle segments there). Only out-of-memory (the cap, or the source
     /// saying so) goes down the chain.
-    pub(super) fn serve_miss(
+    pub(crate) fn grow_segments(
         &mut self,
-        policy: &mut dyn PlacementPolicy,
-        kind: SegmentKind,
-        stream: u32,
-        requested: u64,
-        rounded: u64,
+        request: Request,
+        segment_size: u64,
         source: &mut dyn SegmentSource,
+        make_room: &mut dyn FnMut(&mut EngineState, u64, &mut dyn SegmentSource),
     ) -> Result<u32, AllocError> {
+        let Request {
+            kind,
+            stream,
+            rounded,
+            ..
+        } = request;
         if self.gc_active() {
             self.garbage_collect(source);
         }
-        let segment_size = policy
-            .segment_size(self, stream, rounded)
-            .min(self.max_segment_size);
-        policy.make_room(self, rounded, segment_size, source);
+        let segment_size = segment_size.min(self.max_segment_size);
+        make_room(self, segment_size, source);
         if let Attempt::Created(block) = self.attempt(segment_size, kind, stream, source)? {
             return Ok(block);
         }
@@ -69,19 +69,39 @@ impl EngineState {
             Attempt::Created(block) => return Ok(block),
             Attempt::OutOfMemory(cause) => cause,
         };
+        Err(self.out_of_memory(request, segment_size, cause))
+    }
+
+    /// Counts an out-of-memory and describes it.
+    pub(crate) fn out_of_memory(
+        &mut self,
+        request: Request,
+        segment_size: u64,
+        cause: OomCause,
+    ) -> AllocError {
         self.stats.num_ooms += 1;
-        Err(AllocError::OutOfMemory(OutOfMemory {
-            requested,
-            rounded,
+        AllocError::OutOfMemory(OutOfMemory {
+            requested: request.requested,
+            rounded: request.rounded,
             segment_size,
-            kind,
+            kind: request.kind,
             cap: self.cap,
             allocated: self.stats.allocated_bytes.all.current,
-            reserved: self.stats.reserved_bytes.all.current,
+            reserved: self.physical(),
             host_overflow: None,
             held_for_submission: None,
             cause,
-        }))
+        })
+    }
+
+    /// Turns a failure to create memory into the error that ends the request, or the cause
+    /// that sends it further down the retry chain.
+    pub(crate) fn classify(failure: NoSegment) -> Result<OomCause, AllocError> {
+        match failure {
+            NoSegment::Cap => Ok(OomCause::Cap),
+            NoSegment::Source(error) if error.is_out_of_memory() => Ok(OomCause::Device(error)),
+            NoSegment::Source(error) => Err(AllocError::Source(error)),
+        }
     }
 
     /// Releases cached unsplit large blocks, oldest first, while reserved memory is above

@@ -94,7 +94,7 @@ impl EngineState {
     /// A virtual address for a new segment of `size` bytes, after every live segment's. When
     /// the address space (128 PiB of segments created over the engine's life) runs out, the
     /// live segments are renumbered from the start, keeping their order.
-    fn next_segment_base(&mut self, size: u64) -> u64 {
+    pub(super) fn next_segment_base(&mut self, size: u64) -> u64 {
         if self.next_base + size >= free_index::ADDRESS_LIMIT {
             self.renumber_segments();
         }
@@ -125,6 +125,9 @@ impl EngineState {
             base += self.segments[s as usize].size;
         }
         self.next_base = base;
+        if self.paged {
+            self.reindex_unmapped();
+        }
         for block in indexed {
             let pool = self.segments[self.blocks[block as usize].segment as usize].pool;
             let key = self.key_of(block);

@@ -46,8 +46,9 @@ impl EngineState {
             let b = &self.blocks[block as usize];
             (b.segment, b.size(), b.pool)
         };
+        let paged = self.paged;
         let already_split = self.is_split(block);
-        if !already_split {
+        if !already_split && !paged {
             // A cached segment goes back to work (a new one was never idle).
             self.idle.remove(segment);
         }
@@ -70,7 +71,10 @@ impl EngineState {
             self.blocks[block as usize].set_size(rounded);
             let key = self.key_of(remainder);
             self.free_index[pool.index()].insert(key);
-            if already_split {
+            if paged {
+                // The remainder keeps the block's place among idle pages, if it has one.
+                self.pages_hand_over(block, remainder);
+            } else if already_split {
                 self.stats.inactive_split_bytes.decrease(pool, rounded);
             } else {
                 self.stats
@@ -78,6 +82,8 @@ impl EngineState {
                     .increase(pool, remaining_size);
                 self.stats.inactive_split.increase(pool, 1);
             }
+        } else if paged {
+            self.pages.idle_pages.remove(block);
         } else if already_split {
             self.stats.inactive_split_bytes.decrease(pool, block_size);
             self.stats.inactive_split.decrease(pool, 1);
@@ -97,6 +103,9 @@ impl EngineState {
         self.stats.active.increase(pool, 1);
         self.stats.active_bytes.increase(pool, size);
         self.stats.requested_bytes.increase(pool, requested);
+        self.lifetime_requested_peak = self
+            .lifetime_requested_peak
+            .max(self.stats.requested_bytes.all.current);
         if self.is_oversize(size) {
             self.stats.oversize_allocations.increase(1);
         }
@@ -115,9 +124,12 @@ impl EngineState {
     }
 
     /// Merges a just-freed block with its free neighbours, indexes the result, updates the
-    /// inactive-split statistics (PyTorch's `free_block`), and returns the merged block.
+    /// inactive-split statistics (PyTorch's `free_block`; pages mode keeps none, as PyTorch
+    /// does for expandable segments, and lists idle pages instead), and returns the merged
+    /// block. Unmapped neighbours never merge with it.
     pub fn merge_free_block(&mut self, block: u32) -> u32 {
         let pool = self.blocks[block as usize].pool;
+        let paged = self.paged;
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
         let prev = self.links.prev(block);
@@ -125,6 +137,9 @@ impl EngineState {
         if self.links.is_free_block(prev) {
             let key = self.key_of(prev);
             self.free_index[pool.index()].remove(&key);
+            if paged {
+                self.pages.idle_pages.remove(prev);
+            }
             // The lower neighbour survives so that the segment head never changes.
             self.absorb_next(prev);
             net_blocks -= 1;
@@ -135,21 +150,28 @@ impl EngineState {
         if self.links.is_free_block(next) {
             let key = self.key_of(next);
             self.free_index[pool.index()].remove(&key);
+            if paged {
+                self.pages.idle_pages.remove(next);
+            }
             self.absorb_next(block);
             net_blocks -= 1;
             net_bytes -= key.size as i64;
         }
-        if self.is_split(block) {
-            net_blocks += 1;
-            net_bytes += self.blocks[block as usize].size() as i64;
-        }
-        apply_net(&mut self.stats.inactive_split, pool, net_blocks);
-        apply_net(&mut self.stats.inactive_split_bytes, pool, net_bytes);
         self.mark_freed(block, pool);
-        if !self.is_split(block) {
-            let segment = self.blocks[block as usize].segment;
-            self.segments[segment as usize].idle_since = self.clock;
-            self.idle.push_back(segment);
+        if paged {
+            self.pages_note_idle(block);
+        } else {
+            if self.is_split(block) {
+                net_blocks += 1;
+                net_bytes += self.blocks[block as usize].size() as i64;
+            }
+            apply_net(&mut self.stats.inactive_split, pool, net_blocks);
+            apply_net(&mut self.stats.inactive_split_bytes, pool, net_bytes);
+            if !self.is_split(block) {
+                let segment = self.blocks[block as usize].segment;
+                self.segments[segment as usize].idle_since = self.clock;
+                self.idle.push_back(segment);
+            }
         }
         let key = self.key_of(block);
         self.free_index[pool.index()].insert(key);
@@ -158,14 +180,14 @@ impl EngineState {
 
     /// Records when a block became free, for garbage collection's ages.
     #[inline]
-    fn mark_freed(&mut self, block: u32, pool: SegmentKind) {
+    pub(super) fn mark_freed(&mut self, block: u32, pool: SegmentKind) {
         if self.gc_active() {
             self.cold[block as usize].gc_base = self.search_count[pool.index()];
         }
     }
 
     /// Folds `block`'s next neighbour into `block` and frees the neighbour's record.
-    fn absorb_next(&mut self, block: u32) {
+    pub(super) fn absorb_next(&mut self, block: u32) {
         let next = self.links.next(block);
         let next_next = self.links.next(next);
         let merged = self.blocks[block as usize].size() + self.blocks[next as usize].size();

@@ -4,6 +4,7 @@
 use super::free_index::{FreeIndex, FreeKey};
 use super::idle::IdleList;
 use super::links::BlockLinks;
+use super::pages::PageState;
 use super::records::{BlockCold, BlockRecord, SegmentRecord};
 use super::rounding::{MIN_BLOCK_SIZE, SMALL_SIZE, SegmentKind};
 use super::stats::MemoryStats;
@@ -39,11 +40,23 @@ pub(crate) struct EngineState {
     pub clock: u64,
     /// Peak of allocated bytes over the engine's life (`reset_peak_stats` leaves it).
     pub lifetime_allocated_peak: u64,
+    /// Peak of requested bytes over the engine's life (`reset_peak_stats` leaves it).
+    pub lifetime_requested_peak: u64,
+    /// Whether the engine runs in pages mode: every segment is an address range with pages
+    /// mapped where blocks live.
+    pub paged: bool,
+    /// Pages mode's own state (empty in segments mode).
+    pub pages: PageState,
 }
 
 impl EngineState {
     /// An engine state with no segments, for a configuration and its cap.
-    pub fn new(config: Config, cap: Option<u64>, max_segment_size: u64) -> EngineState {
+    pub fn new(
+        config: Config,
+        cap: Option<u64>,
+        max_segment_size: u64,
+        pages: Option<PageState>,
+    ) -> EngineState {
         EngineState {
             config,
             cap,
@@ -63,6 +76,9 @@ impl EngineState {
             search_count: [0, 0],
             clock: 0,
             lifetime_allocated_peak: 0,
+            lifetime_requested_peak: 0,
+            paged: pages.is_some(),
+            pages: pages.unwrap_or_default(),
         }
     }
 
@@ -114,10 +130,14 @@ impl EngineState {
         self.cap.is_some() && self.config.garbage_collection_threshold.is_some()
     }
 
-    /// PyTorch's `should_split`.
+    /// PyTorch's `should_split`: in pages mode (as with PyTorch's expandable segments) any
+    /// remainder of at least 512 B is split off.
     #[inline]
     pub fn should_split(&self, kind: SegmentKind, block_size: u64, rounded: u64) -> bool {
         let remaining = block_size - rounded;
+        if self.paged {
+            return remaining >= MIN_BLOCK_SIZE;
+        }
         match kind {
             SegmentKind::Small => remaining >= MIN_BLOCK_SIZE,
             SegmentKind::Large => !self.is_oversize(rounded) && remaining > SMALL_SIZE,

@@ -1,6 +1,8 @@
 //! `memory_summary`: the statistics as a fixed-width text table.
 
+use super::pages::PageStats;
 use super::stats::{MemoryStats, Stat, StatArray};
+use super::types::MemoryMode;
 use crate::config::Config;
 use crate::format::bytes;
 
@@ -34,24 +36,52 @@ fn section(out: &mut String, label: &str, array: &StatArray, is_bytes: bool) {
 }
 
 /// Renders the table: Metric | Cur Usage | Peak Usage | Tot Alloc | Tot Freed.
-pub(super) fn render(stats: &MemoryStats, config: &Config, cap: Option<u64>) -> String {
+pub(super) fn render(
+    stats: &MemoryStats,
+    config: &Config,
+    cap: Option<u64>,
+    mode: MemoryMode,
+    pages: Option<PageStats>,
+) -> String {
     let mut out = String::new();
     out.push_str(&rule('='));
     out.push_str(&centered(&format!(
-        "wgpool memory summary (policy:{})",
-        config.policy.name()
+        "wgpool memory summary (policy:{}, memory mode: {})",
+        config.policy.name(),
+        mode.name()
     )));
     out.push_str(&rule('-'));
     out.push_str(&centered(&format!(
         "out-of-memory errors: {}   retries after releasing the cache: {}",
         stats.num_ooms, stats.num_alloc_retries
     )));
-    out.push_str(&centered(&format!(
-        "cap: {}   segments created: {}   released: {}",
-        cap.map(bytes).unwrap_or_else(|| "none".into()),
-        stats.num_device_alloc,
-        stats.num_device_free
-    )));
+    match pages {
+        None => out.push_str(&centered(&format!(
+            "cap: {}   segments created: {}   released: {}",
+            cap.map(bytes).unwrap_or_else(|| "none".into()),
+            stats.num_device_alloc,
+            stats.num_device_free
+        ))),
+        Some(pages) => {
+            out.push_str(&centered(&format!(
+                "cap: {}   ranges: {} ({} of address space)",
+                cap.map(bytes).unwrap_or_else(|| "none".into()),
+                pages.ranges,
+                bytes(pages.range_bytes)
+            )));
+            out.push_str(&centered(&format!(
+                "pages mapped: {} (peak physical {})   binds: {}",
+                bytes(pages.mapped_bytes),
+                bytes(pages.physical_peak),
+                pages.bind_calls
+            )));
+            out.push_str(&centered(&format!(
+                "mapped over time: {}   unmapped: {}",
+                bytes(pages.mapped_total),
+                bytes(pages.unmapped_total)
+            )));
+        }
+    }
     out.push_str(&rule('='));
     out.push_str(&format!(
         "| {:<21} | {:>10} | {:>10} | {:>10} | {:>10} |\n",

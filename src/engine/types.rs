@@ -1,6 +1,7 @@
 //! The engine's public value types: ids, where an allocation was placed, and device limits.
 
 use super::rounding::SegmentKind;
+use super::source::PageMapping;
 
 /// The largest segment: 2 TiB less 512 B, so that sizes and offsets in 512 B granules fit
 /// 32 bits.
@@ -17,6 +18,25 @@ pub struct SegmentId(pub u32);
 pub struct BlockId {
     pub(super) index: u32,
     pub(super) serial: u32,
+}
+
+/// How the engine gets memory: fixed segments, or pages mapped into address ranges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemoryMode {
+    /// Each segment is one device allocation of fixed size (a wgpu buffer).
+    Segments,
+    /// Each segment is an address range; memory is mapped in pages where blocks live.
+    Pages,
+}
+
+impl MemoryMode {
+    /// `segments` or `pages`, as reports write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryMode::Segments => "segments",
+            MemoryMode::Pages => "pages",
+        }
+    }
 }
 
 /// Where a request was placed.
@@ -57,15 +77,27 @@ pub struct EngineLimits {
     /// The largest segment the source can create (wgpu's `max_buffer_size`). The engine
     /// rounds it down to 512 B and to at most [`MAX_SEGMENT_SIZE`].
     pub max_segment_size: u64,
+    /// Whether the source can map pages (its [`page_mapping`]); with
+    /// `expandable_segments:auto` the engine then runs in pages mode.
+    ///
+    /// [`page_mapping`]: super::SegmentSource::page_mapping
+    pub page_mapping: Option<PageMapping>,
 }
 
 impl EngineLimits {
-    /// No device size, and segments up to [`MAX_SEGMENT_SIZE`] (2 TiB).
+    /// No device size, segments up to [`MAX_SEGMENT_SIZE`] (2 TiB), and no page mapping.
     pub fn unlimited() -> Self {
         EngineLimits {
             device_memory: None,
             max_segment_size: MAX_SEGMENT_SIZE,
+            page_mapping: None,
         }
+    }
+
+    /// These limits with page mapping as the source offers it.
+    pub fn with_page_mapping(mut self, page_mapping: Option<PageMapping>) -> Self {
+        self.page_mapping = page_mapping;
+        self
     }
 
     /// These limits with the device's total memory (for `per_process_memory_fraction`).

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::error::PoolError;
 use super::segment_buffers::SegmentBuffers;
-use crate::config::Config;
+use crate::config::{Config, ExpandableSegments};
 use crate::engine::{PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError};
 use crate::format::bytes;
 use crate::gpu::sparse::{ChunkPolicy, PagedMemory, sparse_device};
@@ -70,17 +70,19 @@ fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> 
 /// What the configuration asks of page mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wanted {
-    /// Map pages, or fail.
+    /// Map pages, or fail (`expandable_segments:True`).
     Required,
-    /// Fixed segments.
+    /// Map pages where the device can, else fixed segments (`expandable_segments:auto`).
+    Preferred,
+    /// Fixed segments (`expandable_segments:False`).
     Never,
 }
 
 fn wanted(config: &Config) -> Wanted {
-    if config.expandable_segments {
-        Wanted::Required
-    } else {
-        Wanted::Never
+    match config.expandable() {
+        ExpandableSegments::True => Wanted::Required,
+        ExpandableSegments::Auto => Wanted::Preferred,
+        ExpandableSegments::False => Wanted::Never,
     }
 }
 
@@ -122,6 +124,13 @@ pub(crate) fn choose(
             );
             Ok((Backing::new(Source::Pages(Box::new(pages))), reason))
         }
+        Err(why) if want == Wanted::Preferred => Ok((
+            segments(),
+            format!(
+                "expandable_segments:auto, and the device cannot map pages: {}",
+                why.reason
+            ),
+        )),
         Err(why) => Err(PoolError::PageMappingUnavailable { reason: why.reason }),
     }
 }

@@ -2,7 +2,7 @@
 
 use super::error::PoolError;
 use super::segment_buffers::SegmentBuffers;
-use crate::config::{Caching, Config};
+use crate::config::{Caching, Config, ExpandableSegments};
 use crate::engine::{Engine, EngineLimits};
 
 /// Usages of host segments where the device has `MAPPABLE_PRIMARY_BUFFERS`: `MAP_READ`
@@ -41,10 +41,10 @@ impl HostTier {
         if !bindable {
             host_config.backend = Caching::Passthrough;
         }
-        let limits = EngineLimits {
-            device_memory: None,
-            max_segment_size: device.limits().max_buffer_size,
-        };
+        // Host memory is never page-mapped.
+        host_config.expandable_segments = Some(ExpandableSegments::False);
+        let limits =
+            EngineLimits::unlimited().with_max_segment_size(device.limits().max_buffer_size);
         let engine = Engine::new(host_config, limits).map_err(PoolError::Config)?;
         let usage = if bindable {
             BINDABLE_HOST_USAGE

@@ -63,7 +63,7 @@ pub use options::{DEFAULT_USAGE, FreeTiming, PoolOptions};
 pub use residency::Residency;
 
 use crate::config::{Config, Overflow};
-use crate::engine::{Engine, EngineLimits};
+use crate::engine::{Engine, EngineLimits, SegmentSource};
 use crate::gpu::GpuContext;
 use pool_shared::{BindingLimits, PoolShared, PoolState};
 use reuse_cache::ReuseCache;
@@ -158,12 +158,12 @@ impl Pool {
         let device_memory = options
             .device_memory
             .or_else(|| device_memory::device_local_bytes(device));
-        let engine_limits = EngineLimits {
-            device_memory,
-            max_segment_size: limits.max_buffer_size,
-        };
         let (mut memory, mode_reason) =
             backing::choose(device, queue, &config, usage, &options.label)?;
+        let engine_limits = EngineLimits::unlimited()
+            .with_device_memory(device_memory)
+            .with_max_segment_size(limits.max_buffer_size)
+            .with_page_mapping(memory.page_mapping());
         let reuse = ReuseCache::new(config.max_split_size.unwrap_or(u64::MAX));
         let engine = Engine::new(config, engine_limits).map_err(PoolError::Config)?;
         memory.set_limit(engine.memory_cap());

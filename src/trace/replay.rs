@@ -20,11 +20,16 @@ pub struct ReplayReport {
     pub conf: String,
     /// The policy that ran.
     pub policy: &'static str,
+    /// `pages` (memory mapped in pages into address ranges; the replay models a device that
+    /// can map pages, like an H200 with Vulkan sparse binding) or `segments` (fixed
+    /// segments: `expandable_segments:False`).
+    pub mode: &'static str,
     /// Operations replayed.
     pub ops: u64,
     /// Peak of the summed requested sizes of live allocations.
     pub peak_live_bytes: u64,
-    /// Peak of reserved (segment) bytes.
+    /// Peak of physical memory: in segments mode, of reserved (segment) bytes; in pages
+    /// mode, of pages mapped plus pages held unmapped for reuse.
     pub peak_reserved_bytes: u64,
     /// `peak_reserved_bytes / peak_live_bytes`.
     pub ratio: f64,
@@ -40,6 +45,15 @@ pub struct ReplayReport {
     pub churn: f64,
     /// Reserved bytes at the end of the trace.
     pub final_reserved_bytes: u64,
+    /// Bytes mapped over the replay (pages mode); in segments mode, the bytes of every
+    /// segment created.
+    pub mapped_bytes_total: u64,
+    /// Bytes unmapped over the replay (pages mode); in segments mode, the bytes of every
+    /// segment released.
+    pub unmapped_bytes_total: u64,
+    /// Batched binds: map and unmap calls, one per batch as the GPU layer issues them (0 in
+    /// segments mode).
+    pub bind_calls: u64,
     /// Allocations that needed the release-everything retry.
     pub num_alloc_retries: u64,
     /// Allocations that failed with out-of-memory (possible only under a cap).
@@ -147,12 +161,16 @@ fn run_once<O: ReplayObserver>(
     observer: &mut O,
     stop: Option<usize>,
 ) -> Result<RunResult, String> {
-    let limits = EngineLimits::unlimited().with_device_memory(options.device_memory);
+    // The replay models a device that can map pages (an H200 with sparse binding).
+    let virtual_device = VirtualSegments::unlimited();
+    let limits = EngineLimits::unlimited()
+        .with_device_memory(options.device_memory)
+        .with_page_mapping(virtual_device.pages);
     let mut engine = Engine::new(config.clone(), limits).map_err(|e| e.to_string())?;
     // Free pieces of split segments add records beyond the live blocks.
     engine.reserve_blocks(2 * trace.slots + 64);
     let mut device = Observed {
-        source: OracleSegments::new(VirtualSegments::unlimited()),
+        source: OracleSegments::new(virtual_device),
         observer,
     };
     let mut check = options.oracle.then(OracleCheck::default);
@@ -346,7 +364,8 @@ pub fn replay_observed<O: ReplayObserver>(
     };
     let stats = first.engine.memory_stats();
     let ops = trace.ops.len() as u64;
-    let peak_reserved = stats.reserved_bytes.all.peak;
+    let pages = first.engine.page_stats();
+    let peak_reserved = pages.map_or(stats.reserved_bytes.all.peak, |p| p.physical_peak);
     let ratio_of = |x: u64| {
         if first.peak_live == 0 {
             0.0
@@ -358,6 +377,7 @@ pub fn replay_observed<O: ReplayObserver>(
         format: trace.format.name(),
         conf: config.to_conf_string(),
         policy: config.policy.name(),
+        mode: first.engine.memory_mode().name(),
         ops,
         peak_live_bytes: first.peak_live,
         peak_reserved_bytes: peak_reserved,
@@ -368,6 +388,9 @@ pub fn replay_observed<O: ReplayObserver>(
         segment_bytes_created: stats.reserved_bytes.all.allocated,
         churn: ratio_of(stats.reserved_bytes.all.allocated),
         final_reserved_bytes: stats.reserved_bytes.all.current,
+        mapped_bytes_total: pages.map_or(stats.reserved_bytes.all.allocated, |p| p.mapped_total),
+        unmapped_bytes_total: pages.map_or(stats.reserved_bytes.all.freed, |p| p.unmapped_total),
+        bind_calls: pages.map_or(0, |p| p.bind_calls),
         num_alloc_retries: stats.num_alloc_retries,
         num_ooms: stats.num_ooms,
         ns_per_op: per_op(fastest),

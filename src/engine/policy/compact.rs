@@ -31,8 +31,9 @@
 //! segment bytes created = 1.03 x peak live, against PyTorch's 1.082 at 1.08 x; docs/POLICY.md
 //! has the measurements on other workloads.
 
-use super::PlacementPolicy;
 use super::pytorch::best_fit;
+use super::{PlacementPolicy, Request};
+use crate::engine::error::AllocError;
 use crate::engine::free_index::FreeKey;
 use crate::engine::rounding::{
     ROUND_LARGE, SegmentKind, round_to_power2_division, segment_size_for,
@@ -168,10 +169,20 @@ impl PlacementPolicy for CompactPolicy {
         candidate(state, self.released, kind, stream, rounded)
     }
 
-    fn segment_size(&self, state: &EngineState, stream: u32, rounded: u64) -> u64 {
-        segment_size(state, stream, rounded)
+    fn grow(
+        &mut self,
+        state: &mut EngineState,
+        request: Request,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u32, AllocError> {
+        let size = segment_size(state, request.stream, request.rounded);
+        state.grow_segments(request, size, source, &mut |state, size, source| {
+            self.make_room(state, request.rounded, size, source)
+        })
     }
+}
 
+impl CompactPolicy {
     /// Releases cached whole segments, least recently freed first, until a new segment of
     /// `segment_size` bytes fits under the slack, or the release budget is spent.
     fn make_room(

@@ -1,24 +1,45 @@
-//! Placement policies: which free block serves a request, how large a new segment is, and
-//! what is released before the engine grows.
+//! Placement policies: which free block serves a request, and how the engine grows when none
+//! does.
 //!
 //! The engine owns the layout ([`EngineState`]) and every change to it; a policy reads the
-//! layout and decides. `policy:pytorch` is PyTorch's native allocator rule for rule,
-//! `policy:compact` adds wgpool's rules against fragmentation, and `backend:passthrough`
-//! gives every request a segment of its own.
+//! layout, decides, and asks the engine for the changes. In segments mode,
+//! `policy:pytorch` is PyTorch's native allocator rule for rule, `policy:compact` adds
+//! wgpool's rules against fragmentation, and `backend:passthrough` gives every request a
+//! segment of its own. In pages mode, `policy:pytorch` is PyTorch's expandable segments
+//! (`expandable`) and `policy:compact` recycles idle pages under a slack (`pages`).
 
 mod compact;
+mod expandable;
+mod pages;
 mod passthrough;
 mod pytorch;
 
+use super::error::AllocError;
 use super::free_index::FreeKey;
 use super::rounding::SegmentKind;
 use super::source::SegmentSource;
 use super::state::EngineState;
 use crate::config::{Caching, Config, Policy};
 
-pub(crate) use compact::CompactPolicy;
-pub(crate) use passthrough::PassthroughPolicy;
-pub(crate) use pytorch::PytorchPolicy;
+use compact::CompactPolicy;
+use expandable::ExpandablePolicy;
+use pages::PagePolicy;
+
+/// Page sizes of the compact policy in pages mode: (small kind, large kind).
+pub(crate) const COMPACT_PAGES: (u64, u64) = (pages::SMALL_PAGE, pages::LARGE_PAGE);
+use passthrough::PassthroughPolicy;
+use pytorch::PytorchPolicy;
+
+/// A request that missed the cache.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request {
+    pub kind: SegmentKind,
+    pub stream: u32,
+    /// The caller's size.
+    pub requested: u64,
+    /// The size it is served with.
+    pub rounded: u64,
+}
 
 /// The decisions that differ between policies.
 pub(crate) trait PlacementPolicy: std::fmt::Debug + Send + Sync {
@@ -32,20 +53,19 @@ pub(crate) trait PlacementPolicy: std::fmt::Debug + Send + Sync {
         rounded: u64,
     ) -> Option<FreeKey>;
 
-    /// The size of a new segment for a request of `rounded` bytes on `stream`, before the
-    /// engine bounds it by the largest segment.
-    fn segment_size(&self, state: &EngineState, stream: u32, rounded: u64) -> u64;
-
-    /// Called on a miss before a new segment of `segment_size` bytes is created: a policy may
-    /// release cached segments here.
-    fn make_room(
+    /// Makes a free block (not in the free index) for a request no free block served: new
+    /// memory, after whatever the policy releases or recycles, down the retry chain.
+    ///
+    /// # Errors
+    ///
+    /// [`AllocError::OutOfMemory`] after the whole chain, [`AllocError::Source`] at once for
+    /// a source error other than out-of-memory.
+    fn grow(
         &mut self,
-        _state: &mut EngineState,
-        _rounded: u64,
-        _segment_size: u64,
-        _source: &mut dyn SegmentSource,
-    ) {
-    }
+        state: &mut EngineState,
+        request: Request,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u32, AllocError>;
 
     /// Whether a freed block's segment is released at once.
     fn release_on_free(&self) -> bool {
@@ -53,11 +73,13 @@ pub(crate) trait PlacementPolicy: std::fmt::Debug + Send + Sync {
     }
 }
 
-/// The policy a configuration asks for.
-pub(crate) fn for_config(config: &Config) -> Box<dyn PlacementPolicy> {
-    match (config.backend, config.policy) {
-        (Caching::Passthrough, _) => Box::new(PassthroughPolicy),
-        (Caching::Native, Policy::Pytorch) => Box::new(PytorchPolicy),
-        (Caching::Native, Policy::Compact) => Box::new(CompactPolicy::default()),
+/// The policy a configuration asks for, in pages mode or not.
+pub(crate) fn for_config(config: &Config, paged: bool) -> Box<dyn PlacementPolicy> {
+    match (config.backend, config.policy, paged) {
+        (Caching::Passthrough, _, _) => Box::new(PassthroughPolicy),
+        (Caching::Native, Policy::Pytorch, false) => Box::new(PytorchPolicy),
+        (Caching::Native, Policy::Compact, false) => Box::new(CompactPolicy::default()),
+        (Caching::Native, Policy::Pytorch, true) => Box::new(ExpandablePolicy),
+        (Caching::Native, Policy::Compact, true) => Box::new(PagePolicy),
     }
 }

@@ -1,9 +1,11 @@
 //! `backend:passthrough`: one segment per request, released at free; no caching (like
 //! `PYTORCH_NO_CUDA_MEMORY_CACHING=1`).
 
-use super::PlacementPolicy;
+use super::{PlacementPolicy, Request};
+use crate::engine::error::AllocError;
 use crate::engine::free_index::FreeKey;
 use crate::engine::rounding::SegmentKind;
+use crate::engine::source::SegmentSource;
 use crate::engine::state::EngineState;
 
 /// Never reuses a block; every segment is exactly its request, rounded.
@@ -15,8 +17,13 @@ impl PlacementPolicy for PassthroughPolicy {
         None
     }
 
-    fn segment_size(&self, _state: &EngineState, _stream: u32, rounded: u64) -> u64 {
-        rounded
+    fn grow(
+        &mut self,
+        state: &mut EngineState,
+        request: Request,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u32, AllocError> {
+        state.grow_segments(request, request.rounded, source, &mut |_, _, _| {})
     }
 
     fn release_on_free(&self) -> bool {

@@ -1,8 +1,10 @@
 //! `policy:pytorch`: PyTorch's native CUDA caching allocator, rule for rule.
 
-use super::PlacementPolicy;
+use super::{PlacementPolicy, Request};
+use crate::engine::error::AllocError;
 use crate::engine::free_index::FreeKey;
 use crate::engine::rounding::{SegmentKind, segment_size_for};
+use crate::engine::source::SegmentSource;
 use crate::engine::state::EngineState;
 
 /// PyTorch's `get_free_block` and `get_allocation_size`.
@@ -34,7 +36,13 @@ impl PlacementPolicy for PytorchPolicy {
         best_fit(state, kind, stream, rounded)
     }
 
-    fn segment_size(&self, state: &EngineState, _stream: u32, rounded: u64) -> u64 {
-        segment_size_for(&state.config, rounded)
+    fn grow(
+        &mut self,
+        state: &mut EngineState,
+        request: Request,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u32, AllocError> {
+        let size = segment_size_for(&state.config, request.rounded);
+        state.grow_segments(request, size, source, &mut |_, _, _| {})
     }
 }

@@ -1,0 +1,600 @@
+//! Pages mode: address ranges reserved with no memory behind them, and memory mapped in
+//! whole pages where blocks live.
+//!
+//! A range is a segment whose blocks are of three kinds: allocated (always on mapped pages),
+//! free and mapped, and *unmapped* (address space only). Unmapped blocks start and end on
+//! page borders, so every page lies wholly in mapped blocks or wholly in unmapped ones, and
+//! the bytes mapped in a range are its size less its unmapped blocks. Free mapped blocks
+//! merge only with free mapped neighbours and unmapped blocks only with unmapped ones.
+//!
+//! Statistics follow PyTorch's expandable segments: `reserved_bytes` counts mapped bytes,
+//! each map counts in `num_device_alloc` and each unmap in `num_device_free`, ranges are not
+//! `segment`s, and no block counts as `inactive_split`. Physical memory is what is mapped
+//! plus what is held (unmapped and kept by the source for the next map); the engine keeps
+//! no memory held between calls.
+
+use std::collections::BTreeSet;
+use std::ops::Range;
+
+use super::free_index::{FreeIndex, FreeKey};
+use super::idle::IdleList;
+use super::links::NONE;
+use super::records::{SegmentFields, SegmentRecord};
+use super::rounding::SegmentKind;
+use super::segments::NoSegment;
+use super::source::{PageMapping, SegmentSource, SourceError};
+use super::state::EngineState;
+use super::types::{MAX_SEGMENT_SIZE, SegmentId};
+
+/// What page mapping has done, for the replay report and `memory_summary`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PageStats {
+    /// Bytes mapped now (equal to `reserved_bytes.all.current` in pages mode).
+    pub mapped_bytes: u64,
+    /// Bytes unmapped and held by the source for reuse now (0 between calls).
+    pub held_bytes: u64,
+    /// Peak of physical memory, mapped plus held, since creation or `reset_peak_stats`.
+    pub physical_peak: u64,
+    /// Bytes mapped over the engine's life.
+    pub mapped_total: u64,
+    /// Bytes unmapped over the engine's life.
+    pub unmapped_total: u64,
+    /// Batched binds: `map_pages` and `unmap_pages` calls.
+    pub bind_calls: u64,
+    /// Address ranges live now.
+    pub ranges: u64,
+    /// Bytes of address space those ranges span.
+    pub range_bytes: u64,
+}
+
+/// The page and range sizes the engine uses for each segment kind.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PageLayout {
+    /// Page size per kind: every map and unmap is whole pages of this size.
+    pub page: [u64; 2],
+    /// Size of a new range per kind (a multiple of its page).
+    pub range_size: [u64; 2],
+    /// The largest range the source allows, per kind, rounded down to its page.
+    pub max_range: [u64; 2],
+}
+
+impl PageLayout {
+    /// Pages of `small` and `large` bytes (rounded up to the device's page), and ranges of
+    /// 9/8 of the device memory where known (room to unmap pages early in a range and map
+    /// them at its end, as PyTorch reserves), else the largest the device allows.
+    pub fn new(mapping: PageMapping, small: u64, large: u64, device_memory: Option<u64>) -> Self {
+        let device_page = mapping.page.max(1);
+        let page = [small, large].map(|p| p.max(device_page).div_ceil(device_page) * device_page);
+        let ceiling = mapping.max_range.min(MAX_SEGMENT_SIZE);
+        let max_range = page.map(|p| (ceiling / p * p).max(p));
+        let range_size = [0, 1].map(|kind| {
+            let p = page[kind];
+            let wanted = device_memory.map_or(max_range[kind], |d| d.saturating_add(d / 8));
+            wanted
+                .div_ceil(p)
+                .saturating_mul(p)
+                .clamp(p, max_range[kind])
+        });
+        PageLayout {
+            page,
+            range_size,
+            max_range,
+        }
+    }
+}
+
+/// Pages mode's part of the engine state.
+#[derive(Debug)]
+pub(crate) struct PageState {
+    pub layout: Option<PageLayout>,
+    /// Unmapped blocks per kind, by (stream, size, address): best fit.
+    pub unmapped_by_size: [FreeIndex; 2],
+    /// Unmapped blocks per kind, by (stream, address, block): lowest address first.
+    pub unmapped_by_address: [BTreeSet<(u32, u64, u32)>; 2],
+    /// Free mapped blocks that hold at least one whole page, least recently freed first.
+    pub idle_pages: IdleList,
+    pub stats: PageStats,
+}
+
+impl Default for PageState {
+    /// The empty state of segments mode.
+    fn default() -> Self {
+        PageState {
+            layout: None,
+            unmapped_by_size: [FreeIndex::default(), FreeIndex::default()],
+            unmapped_by_address: [BTreeSet::new(), BTreeSet::new()],
+            idle_pages: IdleList::new(),
+            stats: PageStats::default(),
+        }
+    }
+}
+
+impl PageState {
+    pub fn new(layout: PageLayout) -> PageState {
+        PageState {
+            layout: Some(layout),
+            ..PageState::default()
+        }
+    }
+}
+
+/// Whether `offset..offset + size` holds a whole page of `page` bytes.
+#[inline]
+pub(crate) fn holds_page(offset: u64, size: u64, page: u64) -> bool {
+    offset.div_ceil(page) * page + page <= offset + size
+}
+
+impl EngineState {
+    /// The page size of a kind.
+    #[inline]
+    pub fn page_of(&self, kind: SegmentKind) -> u64 {
+        self.pages.layout.map_or(1, |l| l.page[kind.index()])
+    }
+
+    /// Physical memory now: mapped plus held.
+    pub fn physical(&self) -> u64 {
+        self.reserved() + self.pages.stats.held_bytes
+    }
+
+    /// Lists a free mapped block among the idle pages if it holds a whole page, as the most
+    /// recently freed.
+    pub(super) fn pages_note_idle(&mut self, block: u32) {
+        let b = &self.blocks[block as usize];
+        let page = self.page_of(b.pool);
+        self.pages.idle_pages.remove(block);
+        if holds_page(b.offset(), b.size(), page) {
+            self.pages.idle_pages.push_back(block);
+        }
+    }
+
+    /// After `block` was split for a request and `remainder` cut from it: the remainder
+    /// takes the block's place among idle pages if it holds a page; the block leaves.
+    pub(super) fn pages_hand_over(&mut self, block: u32, remainder: u32) {
+        if !self.pages.idle_pages.contains(block) {
+            return;
+        }
+        let r = &self.blocks[remainder as usize];
+        if holds_page(r.offset(), r.size(), self.page_of(r.pool)) {
+            self.pages.idle_pages.replace(block, remainder);
+        } else {
+            self.pages.idle_pages.remove(block);
+        }
+    }
+
+    fn index_unmapped(&mut self, block: u32) {
+        let key = self.key_of(block);
+        let kind = self.blocks[block as usize].pool.index();
+        self.pages.unmapped_by_size[kind].insert(key);
+        self.pages.unmapped_by_address[kind].insert((key.stream, key.address, block));
+    }
+
+    fn unindex_unmapped(&mut self, block: u32) {
+        let key = self.key_of(block);
+        let kind = self.blocks[block as usize].pool.index();
+        self.pages.unmapped_by_size[kind].remove(&key);
+        let removed =
+            self.pages.unmapped_by_address[kind].remove(&(key.stream, key.address, block));
+        debug_assert!(removed, "unmapped block {block} was not indexed");
+    }
+
+    /// Cuts `block` in two at `offset` bytes into it; the upper part is a new record in the
+    /// same state, linked after it. Returns the upper part.
+    fn cut(&mut self, block: u32, at: u64) -> u32 {
+        let b = &self.blocks[block as usize];
+        debug_assert!(at > 0 && at < b.size());
+        let (of, offset, size) = (b.segment_fields(), b.offset(), b.size());
+        let upper = self.new_block_record(of, offset + at, size - at);
+        let next = self.links.next(block);
+        self.links.set_prev(upper, block);
+        self.links.set_next(upper, next);
+        if next != NONE {
+            self.links.set_prev(next, upper);
+        }
+        self.links.set_next(block, upper);
+        self.blocks[block as usize].set_size(at);
+        upper
+    }
+
+    /// Reserves a new range of `kind` on `stream`, large enough for `at_least` bytes, as one
+    /// unmapped block; returns the block.
+    pub fn reserve_range(
+        &mut self,
+        kind: SegmentKind,
+        stream: u32,
+        at_least: u64,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u32, NoSegment> {
+        let Some(layout) = self.pages.layout else {
+            return Err(NoSegment::Source(SourceError::other("not in pages mode")));
+        };
+        let page = layout.page[kind.index()];
+        let size = layout.range_size[kind.index()]
+            .max(at_least.div_ceil(page) * page)
+            .min(layout.max_range[kind.index()]);
+        let slot = self.free_segment_slots.pop().unwrap_or_else(|| {
+            self.segments.push(SegmentRecord {
+                size: 0,
+                pool: kind,
+                stream,
+                base: 0,
+                head: NONE,
+                in_use: false,
+                idle_since: 0,
+            });
+            (self.segments.len() - 1) as u32
+        });
+        if let Err(error) = source.reserve_range(SegmentId(slot), size, kind) {
+            self.free_segment_slots.push(slot);
+            return Err(NoSegment::Source(error));
+        }
+        let base = self.next_segment_base(size);
+        self.segments[slot as usize] = SegmentRecord {
+            size,
+            pool: kind,
+            stream,
+            base,
+            head: NONE,
+            in_use: true,
+            idle_since: self.clock,
+        };
+        let of = SegmentFields {
+            segment: slot,
+            base,
+            stream,
+            pool: kind,
+        };
+        let head = self.new_block_record(of, 0, size);
+        self.segments[slot as usize].head = head;
+        self.links.set_unmapped(head, true);
+        self.index_unmapped(head);
+        self.pages.stats.ranges += 1;
+        self.pages.stats.range_bytes += size;
+        Ok(head)
+    }
+
+    /// Gives back a range that is one unmapped block, `block`.
+    fn release_range(&mut self, block: u32, source: &mut dyn SegmentSource) {
+        debug_assert!(self.links.is_unmapped(block) && !self.is_split(block));
+        self.unindex_unmapped(block);
+        let segment = self.blocks[block as usize].segment;
+        let size = self.segments[segment as usize].size;
+        self.free_block_record(block);
+        self.segments[segment as usize].in_use = false;
+        self.free_segment_slots.push(segment);
+        source.release_range(SegmentId(segment), size);
+        self.pages.stats.ranges -= 1;
+        self.pages.stats.range_bytes -= size;
+    }
+
+    /// Maps the first `bytes` (whole pages) of unmapped block `block`, in one bind. The
+    /// mapped part becomes a free block, merged with free neighbours and indexed; it is
+    /// returned. Fails, changing nothing, when the cap or the source refuses.
+    pub fn map_front(
+        &mut self,
+        block: u32,
+        bytes: u64,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u32, NoSegment> {
+        let (kind, offset, size, segment) = {
+            let b = &self.blocks[block as usize];
+            (b.pool, b.offset(), b.size(), b.segment)
+        };
+        debug_assert!(self.links.is_unmapped(block));
+        debug_assert!(bytes > 0 && bytes <= size && bytes % self.page_of(kind) == 0);
+        let held = self.pages.stats.held_bytes;
+        let new_memory = bytes - bytes.min(held);
+        if self
+            .cap
+            .is_some_and(|cap| self.physical().saturating_add(new_memory) > cap)
+        {
+            return Err(NoSegment::Cap);
+        }
+        let run = offset..offset + bytes;
+        source
+            .map_pages(SegmentId(segment), std::slice::from_ref(&run))
+            .map_err(NoSegment::Source)?;
+        self.unindex_unmapped(block);
+        if bytes < size {
+            let rest = self.cut(block, bytes);
+            self.links.set_unmapped(rest, true);
+            self.index_unmapped(rest);
+        }
+        self.links.set_unmapped(block, false);
+        let stats = &mut self.pages.stats;
+        stats.held_bytes -= bytes.min(held);
+        stats.mapped_total += bytes;
+        stats.bind_calls += 1;
+        self.stats.reserved_bytes.increase(kind, bytes);
+        self.stats.num_device_alloc += 1;
+        self.note_physical();
+        Ok(self.merge_free_block(block))
+    }
+
+    /// The whole pages of free mapped block `block` to unmap: up to `max_bytes` (rounded up
+    /// to pages) of them, the highest first; `None` if it holds no whole page.
+    fn plan_unmap(&self, block: u32, max_bytes: u64) -> Option<Range<u64>> {
+        let b = &self.blocks[block as usize];
+        let (offset, size) = (b.offset(), b.size());
+        let page = self.page_of(b.pool);
+        let low = offset.div_ceil(page) * page;
+        let high = (offset + size) / page * page;
+        if low >= high || max_bytes == 0 {
+            return None;
+        }
+        let take = (high - low).min(max_bytes.div_ceil(page) * page);
+        Some(high - take..high)
+    }
+
+    /// Records in the layout that the source unmapped `run` of free block `block`: the run
+    /// becomes unmapped (merged with unmapped neighbours), the rest stays free and mapped.
+    fn apply_unmap(&mut self, block: u32, run: Range<u64>) {
+        let (kind, offset, size) = {
+            let b = &self.blocks[block as usize];
+            (b.pool, b.offset(), b.size())
+        };
+        debug_assert!(self.links.is_free_block(block));
+        let page = self.page_of(kind);
+        let key = self.key_of(block);
+        self.free_index[kind.index()].remove(&key);
+        let listed = self.pages.idle_pages.contains(block);
+        let mut middle = block;
+        let mut head = None;
+        if run.start > offset {
+            middle = self.cut(block, run.start - offset);
+            head = Some(block);
+        }
+        if run.end < offset + size {
+            let tail = self.cut(middle, run.end - run.start);
+            self.mark_freed(tail, kind);
+            let key = self.key_of(tail);
+            self.free_index[kind.index()].insert(key);
+        }
+        match head {
+            Some(head) => {
+                let key = self.key_of(head);
+                self.free_index[kind.index()].insert(key);
+                let h = &self.blocks[head as usize];
+                if listed && !holds_page(h.offset(), h.size(), page) {
+                    self.pages.idle_pages.remove(head);
+                }
+            }
+            None => {
+                self.pages.idle_pages.remove(block);
+            }
+        }
+        self.links.set_unmapped(middle, true);
+        self.merge_unmapped(middle);
+        let bytes = run.end - run.start;
+        let stats = &mut self.pages.stats;
+        stats.held_bytes += bytes;
+        stats.unmapped_total += bytes;
+        self.stats.reserved_bytes.decrease(kind, bytes);
+    }
+
+    /// Releases range `segment` if no page of it is mapped any more.
+    fn release_if_empty(&mut self, segment: u32, source: &mut dyn SegmentSource) {
+        let s = &self.segments[segment as usize];
+        if s.in_use && self.links.is_unmapped(s.head) && !self.is_split(s.head) {
+            self.release_range(s.head, source);
+        }
+    }
+
+    /// Unmaps whole pages of free mapped block `block`: up to `max_bytes` (rounded up to
+    /// pages) of them, the highest first, in one bind. The unmapped part merges with
+    /// unmapped neighbours; a range left wholly unmapped is released. Returns the bytes
+    /// unmapped, now held.
+    ///
+    /// # Errors
+    ///
+    /// The source's refusal; the block is then unchanged.
+    pub fn unmap_pages_of(
+        &mut self,
+        block: u32,
+        max_bytes: u64,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u64, SourceError> {
+        self.unmap_batch(&[(block, max_bytes)], source)
+    }
+
+    /// Unmaps whole pages of several free mapped blocks (each with its byte limit), with one
+    /// bind per range. Returns the bytes unmapped, now held.
+    ///
+    /// # Errors
+    ///
+    /// The source's refusal; the blocks of that range are then unchanged.
+    pub fn unmap_batch(
+        &mut self,
+        blocks: &[(u32, u64)],
+        source: &mut dyn SegmentSource,
+    ) -> Result<u64, SourceError> {
+        let mut plans: Vec<(u32, u32, Range<u64>)> = blocks
+            .iter()
+            .filter_map(|&(block, max)| {
+                let run = self.plan_unmap(block, max)?;
+                Some((self.blocks[block as usize].segment, block, run))
+            })
+            .collect();
+        plans.sort_unstable_by_key(|(segment, _, run)| (*segment, run.start));
+        let mut unmapped = 0;
+        for group in plans.chunk_by(|a, b| a.0 == b.0) {
+            let segment = group[0].0;
+            let runs: Vec<Range<u64>> = group.iter().map(|(_, _, run)| run.clone()).collect();
+            source.unmap_pages(SegmentId(segment), &runs)?;
+            for (_, block, run) in group {
+                unmapped += run.end - run.start;
+                self.apply_unmap(*block, run.clone());
+            }
+            self.pages.stats.bind_calls += 1;
+            self.stats.num_device_free += 1;
+            self.release_if_empty(segment, source);
+        }
+        Ok(unmapped)
+    }
+
+    /// Merges unmapped block `block` with unmapped neighbours and indexes the result.
+    fn merge_unmapped(&mut self, block: u32) -> u32 {
+        let mut block = block;
+        let prev = self.links.prev(block);
+        if self.links.is_unmapped_block(prev) {
+            self.unindex_unmapped(prev);
+            self.absorb_next(prev);
+            block = prev;
+        }
+        let next = self.links.next(block);
+        if self.links.is_unmapped_block(next) {
+            self.unindex_unmapped(next);
+            self.absorb_next(block);
+        }
+        self.index_unmapped(block);
+        block
+    }
+
+    /// Gives held memory back to the device.
+    pub fn release_held(&mut self, source: &mut dyn SegmentSource) {
+        let held = self.pages.stats.held_bytes;
+        if held > 0 {
+            source.release_held(held);
+            self.pages.stats.held_bytes = 0;
+        }
+    }
+
+    /// Records the physical peak.
+    fn note_physical(&mut self) {
+        let physical = self.physical();
+        let stats = &mut self.pages.stats;
+        stats.physical_peak = stats.physical_peak.max(physical);
+    }
+
+    /// Unmaps every whole page of every free mapped block, releases the ranges left wholly
+    /// unmapped and gives the memory back (`empty_cache`, and the last step of the retry
+    /// chain). Blocks go in PyTorch's order: large kind, then small, each by (stream, size,
+    /// address); `batched` unmaps each range's pages in one bind, else each block's in one
+    /// (as PyTorch's `unmap_block` does, counted in `num_device_free`).
+    pub fn unmap_all_idle(
+        &mut self,
+        batched: bool,
+        source: &mut dyn SegmentSource,
+    ) -> Result<(), SourceError> {
+        let free: Vec<(u32, u64)> = [SegmentKind::Large, SegmentKind::Small]
+            .iter()
+            .flat_map(|kind| self.free_index[kind.index()].iter())
+            .map(|k| (k.block, u64::MAX))
+            .collect();
+        let result = if batched {
+            self.unmap_batch(&free, source).map(|_| ())
+        } else {
+            free.iter()
+                .try_for_each(|&(block, max)| self.unmap_pages_of(block, max, source).map(|_| ()))
+        };
+        self.release_held(source);
+        result
+    }
+
+    /// Unmaps idle pages, least recently freed first, until `bytes` are held or no idle
+    /// page is left; pages of the blocks in `keep` stay. Returns the bytes unmapped.
+    pub fn recycle_idle(
+        &mut self,
+        bytes: u64,
+        keep: [u32; 2],
+        source: &mut dyn SegmentSource,
+    ) -> Result<u64, SourceError> {
+        let mut planned = 0;
+        let mut chosen = Vec::new();
+        let mut cursor = self.pages.idle_pages.first();
+        while let Some(block) = cursor {
+            if planned >= bytes {
+                break;
+            }
+            cursor = self.pages.idle_pages.next_of(block);
+            if keep.contains(&block) {
+                continue;
+            }
+            if let Some(run) = self.plan_unmap(block, bytes - planned) {
+                planned += run.end - run.start;
+                chosen.push((block, bytes - planned + (run.end - run.start)));
+            }
+        }
+        self.unmap_batch(&chosen, source)
+    }
+
+    /// The unmapped blocks of `kind` on `stream`, lowest address first.
+    pub fn unmapped_by_address(
+        &self,
+        kind: SegmentKind,
+        stream: u32,
+    ) -> impl Iterator<Item = u32> + '_ {
+        self.pages.unmapped_by_address[kind.index()]
+            .range((stream, 0, 0)..)
+            .take_while(move |&&(s, _, _)| s == stream)
+            .map(|&(_, _, block)| block)
+    }
+
+    /// The free-index key of unmapped blocks of `kind` on `stream` of at least `size` bytes,
+    /// smallest first.
+    pub fn unmapped_fits(
+        &self,
+        kind: SegmentKind,
+        stream: u32,
+        size: u64,
+    ) -> impl Iterator<Item = FreeKey> + '_ {
+        self.pages.unmapped_by_size[kind.index()].fits_ascending(stream, size)
+    }
+
+    /// Unmapped blocks of `kind` on `stream` smaller than `size`, largest first.
+    pub fn unmapped_below(
+        &self,
+        kind: SegmentKind,
+        stream: u32,
+        size: u64,
+    ) -> impl Iterator<Item = FreeKey> + '_ {
+        self.pages.unmapped_by_size[kind.index()].below_descending(stream, size)
+    }
+
+    /// Rebuilds the unmapped indexes after the ranges' addresses changed.
+    pub(super) fn reindex_unmapped(&mut self) {
+        let blocks: Vec<u32> = self
+            .pages
+            .unmapped_by_address
+            .iter()
+            .flat_map(|set| set.iter().map(|&(_, _, b)| b))
+            .collect();
+        self.pages.unmapped_by_size = [FreeIndex::default(), FreeIndex::default()];
+        self.pages.unmapped_by_address = [BTreeSet::new(), BTreeSet::new()];
+        for block in blocks {
+            self.index_unmapped(block);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_pages_are_found_at_any_offset() {
+        let page = 2 << 20;
+        assert!(holds_page(0, page, page));
+        assert!(!holds_page(512, page, page));
+        assert!(holds_page(512, 2 * page - 512, page));
+        assert!(!holds_page(512, 2 * page - 1024, page));
+    }
+
+    #[test]
+    fn layouts_round_pages_and_ranges() {
+        let h200 = PageMapping::new(64 << 10, 1 << 40);
+        let layout = PageLayout::new(h200, 2 << 20, 20 << 20, Some(140 << 30));
+        assert_eq!(layout.page, [2 << 20, 20 << 20]);
+        let wanted: u64 = (140 << 30) + (140 << 30) / 8;
+        assert_eq!(layout.range_size[0], wanted.div_ceil(2 << 20) * (2 << 20));
+        assert_eq!(layout.range_size[1] % (20 << 20), 0);
+        // A device page larger than asked rounds pages up; no device size: the largest.
+        let coarse = PageMapping::new(4 << 20, 1 << 30);
+        let layout = PageLayout::new(coarse, 2 << 20, 20 << 20, None);
+        assert_eq!(layout.page, [4 << 20, 20 << 20]);
+        assert_eq!(
+            layout.range_size,
+            [1 << 30, (1 << 30) / (20 << 20) * (20 << 20)]
+        );
+    }
+}

@@ -1,0 +1,245 @@
+//! `policy:compact` in pages mode (the default where pages can be mapped): physical memory
+//! kept within a small slack of the peak of live memory by recycling idle pages.
+//!
+//! - A request takes the best-fitting free mapped block (PyTorch's best fit, with the
+//!   oversize rules of `max_split_size_mb`). Pages stay mapped after a free.
+//! - On a miss, the request goes where mapping it costs least: next to the unmapped block
+//!   (in its kind's range on its stream) whose mapped free neighbour below covers most of
+//!   it, the smallest such run first; a new range only when no run can hold it.
+//! - Before mapping new pages would take physical memory more than [`SLACK`] above the peak
+//!   of live (requested) memory so far, idle pages (whole pages of free blocks) are
+//!   unmapped, least recently freed first, and their memory is mapped where the request
+//!   goes instead of new memory.
+//! - Under a cap or a device out-of-memory, every idle page may be recycled that way before
+//!   the request fails (the retry chain), then every cached page is unmapped and freed and
+//!   the request retried once more.
+
+use super::expandable::candidate_rule as expandable_best_fit;
+use super::{PlacementPolicy, Request};
+use crate::engine::error::AllocError;
+use crate::engine::free_index::FreeKey;
+use crate::engine::rounding::SegmentKind;
+use crate::engine::segments::NoSegment;
+use crate::engine::source::SegmentSource;
+use crate::engine::state::EngineState;
+
+/// Physical memory may exceed the peak of live memory so far by this fraction before idle
+/// pages are recycled instead of new memory mapped.
+pub(crate) const SLACK: f64 = 0.005;
+/// Page of the large kind: small enough that the partly used pages at the ends of free
+/// stretches waste little, large enough to keep binds few.
+pub(crate) const LARGE_PAGE: u64 = 512 << 10;
+/// Page of the small kind (blocks of up to 1 MiB).
+pub(crate) const SMALL_PAGE: u64 = 64 << 10;
+/// Recycling budget: while the bytes mapped over the engine's life stay below
+/// `CHURN_FREE` times the peak of live memory, recycling runs at [`SLACK`]; from there the
+/// slack grows linearly, up to [`SLACK_MAX`] more at `CHURN_STOP` times the peak, where
+/// recycling stops and new memory is mapped instead. Workloads whose live set keeps its
+/// shape (training, serving) stay far below the budget; random mixes, where every free
+/// stretch is the wrong size for the next request, would otherwise remap without end.
+const CHURN_FREE: f64 = 1.5;
+const CHURN_STOP: f64 = 2.5;
+const SLACK_MAX: f64 = 0.3;
+
+/// How many unmapped blocks a miss compares, on each side of the request's size.
+const SEARCH_DEPTH: usize = 8;
+
+/// The default policy in pages mode.
+#[derive(Debug, Default)]
+pub(crate) struct PagePolicy;
+
+/// Where a missed request goes: from `start` (a free mapped block, or `unmapped` itself),
+/// mapping the first `needed` bytes of `unmapped`.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    start: u32,
+    unmapped: u32,
+    needed: u64,
+}
+
+/// The place that maps the fewest new bytes for `rounded` bytes, the smallest run first;
+/// `None` when no unmapped block of the kind and stream can hold it. Runs are a free mapped
+/// block followed by an unmapped one (found from either side: unmapped blocks near the
+/// request's size, and the largest free blocks below it that unmapped space follows), or an
+/// unmapped block alone.
+fn place(state: &EngineState, kind: SegmentKind, stream: u32, rounded: u64) -> Option<Place> {
+    let page = state.page_of(kind);
+    let consider = |unmapped: u32| -> Option<(u64, u64, Place)> {
+        let size = state.blocks[unmapped as usize].size();
+        let prev = state.links.prev(unmapped);
+        let (start, below) = if state.links.is_free_block(prev) {
+            (prev, state.blocks[prev as usize].size())
+        } else {
+            (unmapped, 0)
+        };
+        // A free block that holds the request alone is the cache's to give (or to refuse).
+        if below + size < rounded || below >= rounded {
+            return None;
+        }
+        let needed = (rounded - below.min(rounded)).div_ceil(page) * page;
+        let place = Place {
+            start,
+            unmapped,
+            needed: needed.min(size),
+        };
+        Some((place.needed, below + size, place))
+    };
+    let after_free = state.free_index[kind.index()]
+        .below_descending(stream, rounded)
+        .take(SEARCH_DEPTH)
+        .map(|key| state.links.next(key.block))
+        .filter(|&next| state.links.is_unmapped_block(next));
+    state
+        .unmapped_fits(kind, stream, rounded)
+        .take(SEARCH_DEPTH)
+        .chain(
+            state
+                .unmapped_below(kind, stream, rounded)
+                .take(SEARCH_DEPTH),
+        )
+        .map(|key| key.block)
+        .chain(after_free)
+        .filter_map(consider)
+        .min_by_key(|&(needed, run, _)| (needed, run))
+        .map(|(_, _, place)| place)
+}
+
+impl PagePolicy {
+    /// The physical memory allowed before recycling, for this request; `None` once the
+    /// recycling budget is spent.
+    fn limit(state: &EngineState, request: Request) -> Option<u64> {
+        let live = state.stats.requested_bytes.all.current + request.requested;
+        let peak = state.lifetime_requested_peak.max(live);
+        let churn = state.pages.stats.mapped_total as f64 / peak.max(1) as f64;
+        if churn >= CHURN_STOP {
+            return None;
+        }
+        let ramp = ((churn - CHURN_FREE) / (CHURN_STOP - CHURN_FREE)).clamp(0.0, 1.0);
+        let slack = SLACK + ramp * SLACK_MAX;
+        Some((peak as f64 * (1.0 + slack)) as u64)
+    }
+
+    /// Finds a place, recycling idle pages first while mapping there would go over `limit`
+    /// (no limit: recycle as much as the place needs). Returns the place to map.
+    fn prepare(
+        state: &mut EngineState,
+        request: Request,
+        limit: Option<u64>,
+        source: &mut dyn SegmentSource,
+    ) -> Result<Place, NoSegment> {
+        let Request {
+            kind,
+            stream,
+            rounded,
+            ..
+        } = request;
+        let found = match place(state, kind, stream, rounded) {
+            Some(found) => found,
+            None => {
+                let unmapped = state.reserve_range(kind, stream, rounded, source)?;
+                let page = state.page_of(kind);
+                Place {
+                    start: unmapped,
+                    unmapped,
+                    needed: rounded.div_ceil(page) * page,
+                }
+            }
+        };
+        let held = state.pages.stats.held_bytes;
+        let after = state.physical() + found.needed.saturating_sub(held);
+        let over = match limit {
+            Some(limit) => after.saturating_sub(limit),
+            None => found.needed.saturating_sub(held),
+        };
+        if over == 0 {
+            return Ok(found);
+        }
+        let keep = [found.start, found.unmapped];
+        let recycled = state
+            .recycle_idle(over, keep, source)
+            .map_err(NoSegment::Source)?;
+        if recycled == 0 {
+            return Ok(found);
+        }
+        // Unmapping may have joined or released blocks around the place: look again.
+        Ok(place(state, kind, stream, rounded).unwrap_or(found))
+    }
+
+    /// Maps a prepared place and returns the free block that holds the request, out of the
+    /// free index.
+    fn map(
+        state: &mut EngineState,
+        request: Request,
+        found: Place,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u32, NoSegment> {
+        let block = state.map_front(found.unmapped, found.needed, source)?;
+        debug_assert!(state.blocks[block as usize].size() >= request.rounded);
+        let key = state.key_of(block);
+        state.free_index[request.kind.index()].remove(&key);
+        Ok(block)
+    }
+
+    /// One attempt: place, recycle under `limit`, map.
+    fn attempt(
+        state: &mut EngineState,
+        request: Request,
+        limit: Option<u64>,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u32, NoSegment> {
+        let mapped = Self::prepare(state, request, limit, source)
+            .and_then(|found| Self::map(state, request, found, source));
+        // Memory recycled beyond what was mapped goes back to the device.
+        state.release_held(source);
+        mapped
+    }
+}
+
+impl PlacementPolicy for PagePolicy {
+    #[inline]
+    fn candidate(
+        &self,
+        state: &EngineState,
+        kind: SegmentKind,
+        stream: u32,
+        rounded: u64,
+    ) -> Option<FreeKey> {
+        expandable_best_fit(state, kind, stream, rounded)
+    }
+
+    fn grow(
+        &mut self,
+        state: &mut EngineState,
+        request: Request,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u32, AllocError> {
+        let limit = Self::limit(state, request).unwrap_or(u64::MAX);
+        match Self::attempt(state, request, Some(limit), source) {
+            Ok(block) => return Ok(block),
+            Err(failure) => {
+                EngineState::classify(failure)?;
+            }
+        }
+        // The retry chain: recycle every idle page the request needs, then unmap and free
+        // everything cached.
+        match Self::attempt(state, request, None, source) {
+            Ok(block) => return Ok(block),
+            Err(failure) => {
+                EngineState::classify(failure)?;
+            }
+        }
+        state
+            .unmap_all_idle(true, source)
+            .map_err(AllocError::Source)?;
+        state.stats.num_alloc_retries += 1;
+        match Self::attempt(state, request, None, source) {
+            Ok(block) => Ok(block),
+            Err(failure) => {
+                let cause = EngineState::classify(failure)?;
+                let page = state.page_of(request.kind);
+                let size = request.rounded.div_ceil(page) * page;
+                Err(state.out_of_memory(request, size, cause))
+            }
+        }
+    }
+}
