@@ -1574,7 +1574,7 @@ def w_gpt2_serve_random(tr):
     tr.f(weights)
 
 
-def w_kv_decode_cat(tr):
+def w_kv_decode_cat(tr, batch_max=16, chunk=1, batches=30):
     """Decoder serving with a growing KV cache (HF DynamicCache style): a Llama-like 1B
     model (16 x 2048, 32 heads / 8 KV heads, vocab 128256, bf16) serves batches of 1..16
     requests, prefill of 64..1024 tokens, then 32..256 decode steps, each of which
@@ -1584,8 +1584,8 @@ def w_kv_decode_cat(tr):
     L, d, heads, kvh, V, ab = 16, 2048, 32, 8, 128256, BF16
     hd = d // heads
     weights = [tr.a(V * d * ab)] + [tr.a((4 * d * d + 3 * d * 8192) * ab) for _ in range(L)]
-    for _ in range(30):
-        B = rng.randint(1, 16)
+    for _ in range(batches):
+        B = rng.randint(1, batch_max)
         P = rng.randint(64, 1024)
         steps = rng.randint(32, 256)
         kv = []
@@ -1596,24 +1596,33 @@ def w_kv_decode_cat(tr):
             q = tr.a(B * P * d * ab)
             mlp = tr.a(B * P * 8192 * ab)
             tr.f(q, mlp)
-            kv.append([k, v])
+            kv.append([k, v, P])
         logits = tr.a(B * V * FP32)
         tr.f(x, logits)
         n = P
         for _step in range(steps):
             n += 1
             h = tr.a(B * d * ab)
-            for pair in kv:
-                for j in range(2):
-                    grown = tr.a(B * n * kvh * hd * ab)
-                    tr.f(pair[j])
-                    pair[j] = grown
+            for entry in kv:
+                if n > entry[2]:
+                    entry[2] += chunk  # capacity grows by `chunk` tokens
+                    for j in range(2):
+                        grown = tr.a(B * entry[2] * kvh * hd * ab)
+                        tr.f(entry[j])
+                        entry[j] = grown
                 scores = tr.a(B * heads * n * FP32)
                 tr.f(scores)
             logits = tr.a(B * V * FP32)
             tr.f(h, logits)
-        tr.f([p for pair in kv for p in pair])
+        tr.f([p for entry in kv for p in entry[:2]])
     tr.f(weights)
+
+
+def w_kv_decode_chunked(tr):
+    """kv-decode-cat, but batches of 1..8 requests whose KV caches grow in steps of 64
+    tokens (a cache that over-allocates, then copies when full). The shape on which
+    `policy:compact` with fixed segments was worse than PyTorch native (issue 9)."""
+    w_kv_decode_cat(tr, batch_max=8, chunk=64, batches=30)
 
 
 def w_random_mix(tr):
@@ -1652,6 +1661,7 @@ WORKLOADS = {
     "vit-b16-bf16": w_vit_bf16,
     "gpt2-serve-random": w_gpt2_serve_random,
     "kv-decode-cat": w_kv_decode_cat,
+    "kv-decode-chunked": w_kv_decode_chunked,
     "random-mix": w_random_mix,
 }
 

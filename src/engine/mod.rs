@@ -141,6 +141,12 @@ impl Engine {
         }
     }
 
+    /// The page the engine maps for blocks of `kind`, in pages mode: every map and unmap is
+    /// whole pages of this size (a multiple of the device's page).
+    pub fn page_size(&self, kind: SegmentKind) -> Option<u64> {
+        self.state.paged.then(|| self.state.page_of(kind))
+    }
+
     /// What page mapping has done, in pages mode.
     pub fn page_stats(&self) -> Option<PageStats> {
         self.state.paged.then(|| {

@@ -322,7 +322,7 @@ impl EngineState {
         if low >= high || max_bytes == 0 {
             return None;
         }
-        let take = (high - low).min(max_bytes.div_ceil(page) * page);
+        let take = (high - low).min(max_bytes.div_ceil(page).saturating_mul(page));
         Some(high - take..high)
     }
 
@@ -487,6 +487,10 @@ impl EngineState {
             free.iter()
                 .try_for_each(|&(block, max)| self.unmap_pages_of(block, max, source).map(|_| ()))
         };
+        // Ranges reserved for a mapping that then failed hold no page either.
+        for segment in 0..self.segments.len() as u32 {
+            self.release_if_empty(segment, source);
+        }
         self.release_held(source);
         result
     }
@@ -510,9 +514,10 @@ impl EngineState {
             if keep.contains(&block) {
                 continue;
             }
-            if let Some(run) = self.plan_unmap(block, bytes - planned) {
+            let want = bytes - planned;
+            if let Some(run) = self.plan_unmap(block, want) {
                 planned += run.end - run.start;
-                chosen.push((block, bytes - planned + (run.end - run.start)));
+                chosen.push((block, want));
             }
         }
         self.unmap_batch(&chosen, source)

@@ -341,6 +341,21 @@ impl VirtualSegments {
         true
     }
 
+    /// Bytes of `start..end` of range `id` that are mapped.
+    pub fn mapped_within(&self, id: SegmentId, start: u64, end: u64) -> u64 {
+        let Some((_, mapped)) = self.ranges.get(&id.0) else {
+            return 0;
+        };
+        let first = mapped
+            .range(..=start)
+            .next_back()
+            .map_or(start, |(&s, _)| s);
+        mapped
+            .range(first..end)
+            .map(|(&s, &e)| e.min(end).saturating_sub(s.max(start)))
+            .sum()
+    }
+
     fn would_exceed(&self, more: u64) -> bool {
         self.device_limit
             .is_some_and(|limit| self.physical_bytes().saturating_add(more) > limit)

@@ -160,7 +160,7 @@ fn segment_size(state: &EngineState, stream: u32, rounded: u64) -> u64 {
 
 impl PlacementPolicy for CompactPolicy {
     fn candidate(
-        &self,
+        &mut self,
         state: &EngineState,
         kind: SegmentKind,
         stream: u32,

@@ -128,11 +128,12 @@ pub(crate) fn candidate_rule(
     stream: u32,
     rounded: u64,
 ) -> Option<FreeKey> {
-    let mut fits = state.free_index[kind.index()].fits_ascending(stream, rounded);
-    let mut best = fits.next()?;
-    let mut best_room = expandable_size(state, best.block);
-    if best_room > best.size {
-        for next in fits {
+    let index = &state.free_index[kind.index()];
+    let mut best = index.best_fit(stream, rounded)?;
+    // Most blocks have no unmapped space after them: then plain best fit is the answer.
+    if state.links.is_unmapped_block(state.links.next(best.block)) {
+        let mut best_room = expandable_size(state, best.block);
+        for next in index.fits_ascending(stream, rounded).skip(1) {
             let room = expandable_size(state, next.block);
             if room >= best_room {
                 break;
@@ -147,7 +148,7 @@ pub(crate) fn candidate_rule(
 
 impl PlacementPolicy for ExpandablePolicy {
     fn candidate(
-        &self,
+        &mut self,
         state: &EngineState,
         kind: SegmentKind,
         stream: u32,

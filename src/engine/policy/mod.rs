@@ -46,7 +46,7 @@ pub(crate) trait PlacementPolicy: std::fmt::Debug + Send + Sync {
     /// The free block that serves a request of `rounded` bytes on `stream`, if any. The
     /// engine removes it from the free index and takes it.
     fn candidate(
-        &self,
+        &mut self,
         state: &EngineState,
         kind: SegmentKind,
         stream: u32,

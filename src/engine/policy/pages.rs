@@ -198,7 +198,7 @@ impl PagePolicy {
 impl PlacementPolicy for PagePolicy {
     #[inline]
     fn candidate(
-        &self,
+        &mut self,
         state: &EngineState,
         kind: SegmentKind,
         stream: u32,

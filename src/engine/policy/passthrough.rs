@@ -13,7 +13,7 @@ use crate::engine::state::EngineState;
 pub(crate) struct PassthroughPolicy;
 
 impl PlacementPolicy for PassthroughPolicy {
-    fn candidate(&self, _: &EngineState, _: SegmentKind, _: u32, _: u64) -> Option<FreeKey> {
+    fn candidate(&mut self, _: &EngineState, _: SegmentKind, _: u32, _: u64) -> Option<FreeKey> {
         None
     }
 

@@ -27,7 +27,7 @@ pub(crate) fn best_fit(
 impl PlacementPolicy for PytorchPolicy {
     #[inline]
     fn candidate(
-        &self,
+        &mut self,
         state: &EngineState,
         kind: SegmentKind,
         stream: u32,
