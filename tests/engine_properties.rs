@@ -901,7 +901,11 @@ impl<'a> Harness<'a> {
                 }
                 Ok(Some(AllocError::OutOfMemory(oom)))
             }
-            Err(AllocError::TooLarge { requested, max }) => {
+            Err(AllocError::TooLarge {
+                requested,
+                max,
+                limit,
+            }) => {
                 bump(&self.counters.too_large);
                 ensure!(
                     max == self.max_segment_size
@@ -916,7 +920,11 @@ impl<'a> Harness<'a> {
                     "{what}: a refused request changed the engine"
                 );
                 self.check(&what)?;
-                Ok(Some(AllocError::TooLarge { requested, max }))
+                Ok(Some(AllocError::TooLarge {
+                    requested,
+                    max,
+                    limit,
+                }))
             }
             Err(e) => Err(format!("{what} failed unexpectedly: {e}")),
         }
@@ -1826,7 +1834,7 @@ fn pages_mode_recycles_idle_pages_under_a_cap() {
 /// counts (shared/traces/README.md).
 #[test]
 fn gpt2_trace_under_pytorch_expandable_segments_matches_pytorch() {
-    let Some(trace) = gpt2_trace() else { return };
+    let trace = gpt2_trace();
     let report = replay_checked(&trace, "policy:pytorch,expandable_segments:True");
     assert_eq!(report.mode, "pages");
     assert_eq!(report.peak_reserved_bytes, 8_711_569_408, "{report:?}");
@@ -1836,7 +1844,7 @@ fn gpt2_trace_under_pytorch_expandable_segments_matches_pytorch() {
 /// The default policy in pages mode meets issue 9's targets on the GPT-2 trace.
 #[test]
 fn gpt2_trace_in_pages_mode_stays_near_live_memory() {
-    let Some(trace) = gpt2_trace() else { return };
+    let trace = gpt2_trace();
     let report = replay_checked(&trace, "");
     assert_eq!(report.mode, "pages");
     assert!(report.ratio <= 1.02, "{report:?}");

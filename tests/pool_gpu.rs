@@ -711,7 +711,7 @@ fn too_large_means_above_the_largest_block() {
         if size <= largest {
             continue;
         }
-        let AllocError::TooLarge { requested, max } = pool.alloc(size).unwrap_err() else {
+        let AllocError::TooLarge { requested, max, .. } = pool.alloc(size).unwrap_err() else {
             panic!("{size} bytes should be too large")
         };
         assert_eq!((requested, max), (size, largest));

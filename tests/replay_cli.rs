@@ -381,14 +381,20 @@ fn byte_order_marks_and_lone_cr_line_endings_are_accepted() {
     assert_eq!(u(&report, "peak_reserved_bytes"), 2 * MIB);
 }
 
-/// F9: replay has no device, so a too-large request names the engine's limit.
+/// F9: replay has no device, so a too-large request names the engine's limit (in pages
+/// mode, the address range the modelled device reserves).
 #[test]
 fn a_too_large_request_in_replay_names_the_engine_limit() {
     let trace = TraceFile::new("alloc,1,4398046511104,0\n");
-    let stderr = bad_input(&["replay", trace.0.to_str().unwrap()], None);
-    assert!(!stderr.contains("max_buffer_size"), "{stderr}");
-    assert!(stderr.contains("engine's largest segment"), "{stderr}");
-    assert!(stderr.contains("line 2"), "{stderr}");
+    for (conf, limit) in [
+        ("expandable_segments:False", "engine's largest segment"),
+        ("", "largest address range"),
+    ] {
+        let stderr = bad_input(&["replay", trace.0.to_str().unwrap(), "--conf", conf], None);
+        assert!(!stderr.contains("max_buffer_size"), "{stderr}");
+        assert!(stderr.contains(limit), "`{conf}`: {stderr}");
+        assert!(stderr.contains("line 2"), "{stderr}");
+    }
 }
 
 #[test]

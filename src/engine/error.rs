@@ -168,16 +168,17 @@ pub enum AllocError {
     /// A request above the largest block the engine can serve: the largest segment its
     /// source can create, rounded down to 512 B. A request of exactly that size is served.
     #[error(
-        "requested {} ({requested} bytes), above the largest block this engine can serve, {} ({max} bytes: {})",
+        "requested {} ({requested} bytes), above the largest block this engine can serve, {} ({max} bytes: {limit})",
         bytes(*requested),
-        bytes(*max),
-        limit_source(*max)
+        bytes(*max)
     )]
     TooLarge {
         /// The caller's size (or its rounded size, if only that is too large).
         requested: u64,
         /// The largest block.
         max: u64,
+        /// Where that limit comes from.
+        limit: SizeLimit,
     },
     /// No memory could be found.
     #[error(transparent)]
@@ -206,13 +207,29 @@ pub enum EngineError {
     PagesUnavailable,
 }
 
-/// Where a largest-block limit comes from: the engine's own bound on segments, or (below it)
-/// the device's `max_buffer_size`.
-fn limit_source(max: u64) -> &'static str {
-    if max >= super::MAX_SEGMENT_SIZE {
-        "the engine's largest segment"
-    } else {
-        "the largest segment its source can create, for a wgpu pool the device's max_buffer_size, rounded down to 512 B"
+/// Where the largest block an engine serves comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SizeLimit {
+    /// The engine's own bound on a segment ([`MAX_SEGMENT_SIZE`](super::MAX_SEGMENT_SIZE)).
+    Engine,
+    /// The largest segment the source can create (a wgpu pool: the device's
+    /// `max_buffer_size`), rounded down to 512 B.
+    Source,
+    /// In pages mode, the largest address range the source can reserve.
+    Range,
+}
+
+impl std::fmt::Display for SizeLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SizeLimit::Engine => "the engine's largest segment",
+            SizeLimit::Source => {
+                "the largest segment its source can create, for a wgpu pool the device's \
+                 max_buffer_size, rounded down to 512 B"
+            }
+            SizeLimit::Range => "the largest address range the device can reserve for pages",
+        })
     }
 }
 

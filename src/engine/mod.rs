@@ -54,7 +54,7 @@ mod summary;
 mod types;
 
 pub use check::{BlockSnapshot, SegmentSnapshot};
-pub use error::{AllocError, EngineError, FreeError, OomCause, OutOfMemory};
+pub use error::{AllocError, EngineError, FreeError, OomCause, OutOfMemory, SizeLimit};
 pub use pages::PageStats;
 pub use rounding::SegmentKind;
 pub use source::{PageMapping, SegmentSource, SourceError, SourceErrorKind, VirtualSegments};
@@ -117,19 +117,22 @@ impl Engine {
             }
             _ => None,
         };
-        let max_segment_size = match &pages {
-            Some(pages) => pages.layout.map_or(limits.max_segment_size, |l| {
-                l.max_range[0]
-                    .min(l.max_range[1])
-                    .min(limits.max_segment_size)
-            }),
-            None => limits.max_segment_size,
+        let range = pages
+            .as_ref()
+            .and_then(|p| p.layout)
+            .map_or(u64::MAX, |l| l.max_range[0].min(l.max_range[1]));
+        let max_segment_size = limits.max_segment_size.min(range);
+        let size_limit = if range < limits.max_segment_size.min(MAX_SEGMENT_SIZE) {
+            SizeLimit::Range
+        } else if limits.max_segment_size < MAX_SEGMENT_SIZE {
+            SizeLimit::Source
+        } else {
+            SizeLimit::Engine
         };
         let policy = policy::for_config(&config, paged);
-        Ok(Engine {
-            state: EngineState::new(config, cap, max_segment_size, pages),
-            policy,
-        })
+        let mut state = EngineState::new(config, cap, max_segment_size, pages);
+        state.size_limit = size_limit;
+        Ok(Engine { state, policy })
     }
 
     /// Whether the engine maps pages or creates fixed segments.
@@ -277,6 +280,7 @@ impl Engine {
             return Err(AllocError::TooLarge {
                 requested: size,
                 max: state.max_segment_size,
+                limit: state.size_limit,
             });
         }
         let rounded = round_request(&state.config, size);
@@ -284,6 +288,7 @@ impl Engine {
             return Err(AllocError::TooLarge {
                 requested: rounded,
                 max: state.max_segment_size,
+                limit: state.size_limit,
             });
         }
         state.clock += 1;

@@ -1,6 +1,7 @@
 //! The engine's layout and statistics: every segment and block, the free index, and what
 //! the rules of placement read. Policies read it; only the engine's own paths change it.
 
+use super::error::SizeLimit;
 use super::free_index::{FreeIndex, FreeKey};
 use super::idle::IdleList;
 use super::links::BlockLinks;
@@ -47,6 +48,8 @@ pub(crate) struct EngineState {
     pub paged: bool,
     /// Pages mode's own state (empty in segments mode).
     pub pages: PageState,
+    /// Where `max_segment_size` comes from, for the too-large message.
+    pub size_limit: SizeLimit,
 }
 
 impl EngineState {
@@ -79,6 +82,7 @@ impl EngineState {
             lifetime_requested_peak: 0,
             paged: pages.is_some(),
             pages: pages.unwrap_or_default(),
+            size_limit: SizeLimit::Engine,
         }
     }
 

@@ -81,7 +81,10 @@ enum Wanted {
 fn wanted(config: &Config) -> Wanted {
     match config.expandable() {
         ExpandableSegments::True => Wanted::Required,
-        ExpandableSegments::Auto => Wanted::Preferred,
+        // The engine's default (`auto`) maps pages where the source can. Device pools keep
+        // fixed segments under `auto` until the page-mapped backing becomes their default;
+        // `Wanted::Preferred` is what `auto` will mean then.
+        ExpandableSegments::Auto => Wanted::Never,
         ExpandableSegments::False => Wanted::Never,
     }
 }
