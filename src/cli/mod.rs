@@ -5,6 +5,7 @@ pub mod compare;
 pub mod info;
 pub mod output;
 pub mod replay;
+pub mod replay_gpu;
 
 /// A failed command: what to print and the exit code.
 pub struct Failure {

@@ -64,6 +64,13 @@ pub struct ReplayArgs {
     /// Most events the snapshot keeps (the latest; default 1000000).
     #[arg(long, value_name = "N")]
     history_entries: Option<usize>,
+    /// Replay through a real pool on the GPU (the adapter WGPU_ADAPTER_NAME and WGPU_BACKEND
+    /// choose) and report device memory and driver time beside the engine's figures.
+    #[arg(long, conflicts_with_all = ["compare", "oracle", "snapshot", "plot", "check", "stats"])]
+    gpu: bool,
+    /// With --gpu: divide every size by N, so that a large trace fits a small device.
+    #[arg(long, value_name = "N", requires = "gpu", value_parser = clap::value_parser!(u64).range(1..))]
+    scale: Option<u64>,
 }
 
 /// Default of `--history-entries`.
@@ -90,6 +97,12 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     .map_err(Failure::bad_input)?;
     let device_memory = device_memory(&args)?;
     let trace = load(&args)?;
+    if args.gpu {
+        let options = wgpool::trace::GpuReplayOptions::default()
+            .with_scale(args.scale.unwrap_or(1))
+            .with_device_memory(device_memory);
+        return super::replay_gpu::run(&trace, &args.file, &config, &options, args.json);
+    }
     let options = ReplayOptions::default()
         .with_device_memory(device_memory)
         .with_check_every_op(args.check)

@@ -3,6 +3,7 @@
 
 mod builder;
 mod error;
+mod gpu_replay;
 mod input;
 mod lines;
 mod observe;
@@ -15,6 +16,7 @@ mod rmm;
 mod torch_snapshot;
 
 pub use error::{EXCERPT_CHARS, Position, TraceError, excerpt};
+pub use gpu_replay::{GpuReplayOptions, GpuReplayReport, replay_on_gpu};
 pub use input::{DEFAULT_MAX_INPUT_BYTES, ReadOptions, detect_format, read_trace, read_trace_from};
 pub use lines::MAX_LINE_BYTES;
 pub use observe::ReplayObserver;

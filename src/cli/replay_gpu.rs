@@ -1,0 +1,81 @@
+//! `wgpool replay TRACE --gpu [--scale N]`: the trace through a real pool on the adapter.
+
+use wgpool::config::Config;
+use wgpool::format::bytes;
+use wgpool::gpu::{GpuContext, HeadlessOptions};
+use wgpool::trace::{GpuReplayOptions, GpuReplayReport, Trace, replay_on_gpu};
+
+use super::Failure;
+use super::output;
+
+/// Replays `trace` on the default adapter (`WGPU_ADAPTER_NAME`, `WGPU_BACKEND` choose it)
+/// and prints the report, as JSON or text.
+pub fn run(
+    trace: &Trace,
+    file: &std::path::Path,
+    config: &Config,
+    options: &GpuReplayOptions,
+    json: bool,
+) -> Result<(), Failure> {
+    let gpu = GpuContext::headless(&HeadlessOptions::default()).map_err(|e| Failure {
+        message: e.to_string(),
+        exit_code: 1,
+    })?;
+    let report = replay_on_gpu(trace, config, &gpu, options).map_err(|message| Failure {
+        message: format!("{}: {message}", file.display()),
+        exit_code: 1,
+    })?;
+    if json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| Failure {
+            message: format!("cannot encode the report: {e}"),
+            exit_code: 1,
+        })?;
+        return output::println(&text);
+    }
+    output::print(&text_report(file, &report))
+}
+
+fn text_report(file: &std::path::Path, r: &GpuReplayReport) -> String {
+    let conf = if r.conf.is_empty() {
+        "(defaults)"
+    } else {
+        &r.conf
+    };
+    let heap = match r.heap_usage_peak_bytes {
+        Some(b) => format!("{} ({b} B)", bytes(b)),
+        None => "not reported (no VK_EXT_memory_budget)".to_string(),
+    };
+    [
+        format!("trace              {} (sizes / {})", file.display(), r.scale),
+        format!("adapter            {}", r.adapter),
+        format!("conf               {conf}"),
+        format!("mode               {} ({})", r.mode, r.mode_reason),
+        format!("ops                {}", r.ops),
+        format!("peak live          {} ({} B)", bytes(r.peak_live_bytes), r.peak_live_bytes),
+        format!(
+            "peak reserved      {} ({} B)",
+            bytes(r.peak_reserved_bytes),
+            r.peak_reserved_bytes
+        ),
+        format!("reserved / live    {:.4}", r.ratio),
+        format!(
+            "device memory peak {} ({} B, {:.4}x peak reserved)",
+            bytes(r.device_memory_peak_bytes),
+            r.device_memory_peak_bytes,
+            r.device_over_reserved
+        ),
+        format!("heap usage peak    {heap}"),
+        format!(
+            "driver time        {:.3} s ({} allocations, {} binds)",
+            r.driver_time_s, r.device_allocations, r.bind_calls
+        ),
+        format!(
+            "alloc retries      {}   out-of-memory: {}",
+            r.num_alloc_retries, r.num_ooms
+        ),
+        format!("wall time          {:.3} s", r.wall_time_s),
+    ]
+    .iter()
+    .map(|line| format!("{line}\n"))
+    .collect()
+}
