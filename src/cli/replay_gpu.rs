@@ -46,12 +46,20 @@ fn text_report(file: &std::path::Path, r: &GpuReplayReport) -> String {
         None => "not reported (no VK_EXT_memory_budget)".to_string(),
     };
     [
-        format!("trace              {} (sizes / {})", file.display(), r.scale),
+        format!(
+            "trace              {} (sizes / {})",
+            file.display(),
+            r.scale
+        ),
         format!("adapter            {}", r.adapter),
         format!("conf               {conf}"),
         format!("mode               {} ({})", r.mode, r.mode_reason),
         format!("ops                {}", r.ops),
-        format!("peak live          {} ({} B)", bytes(r.peak_live_bytes), r.peak_live_bytes),
+        format!(
+            "peak live          {} ({} B)",
+            bytes(r.peak_live_bytes),
+            r.peak_live_bytes
+        ),
         format!(
             "peak reserved      {} ({} B)",
             bytes(r.peak_reserved_bytes),
@@ -66,8 +74,8 @@ fn text_report(file: &std::path::Path, r: &GpuReplayReport) -> String {
         ),
         format!("heap usage peak    {heap}"),
         format!(
-            "driver time        {:.3} s ({} allocations, {} binds)",
-            r.driver_time_s, r.device_allocations, r.bind_calls
+            "driver time        {:.3} s: memory {:.3} s ({} allocations), binds {:.3} s ({})",
+            r.driver_time_s, r.allocation_time_s, r.device_allocations, r.bind_time_s, r.bind_calls
         ),
         format!(
             "alloc retries      {}   out-of-memory: {}",

@@ -57,6 +57,15 @@ pub struct DeviceMemoryUsage {
     /// freeing chunks, binding pages and creating ranges.
     #[serde(serialize_with = "seconds")]
     pub driver_time: Duration,
+    /// Of `driver_time`: getting and giving back memory (`create_buffer` and `destroy`, or
+    /// `vkAllocateMemory` and `vkFreeMemory`).
+    pub allocation_time: Duration,
+    /// Of `driver_time`: `vkQueueBindSparse` (and, where the device cannot order binds on
+    /// the GPU, their fence waits); zero for segments.
+    pub bind_time: Duration,
+    /// CPU waits for the GPU before pages were unmapped or chunks freed (not driver time;
+    /// zero for segments).
+    pub unmap_wait_time: Duration,
     /// Device memory allocations made (segment buffers, or chunks).
     pub allocations: u64,
     /// `vkQueueBindSparse` calls (0 for segments).
@@ -188,6 +197,9 @@ impl Backing {
                     device_bytes: counters.live_bytes,
                     device_bytes_peak: counters.peak_bytes,
                     driver_time: counters.driver_time,
+                    allocation_time: counters.driver_time,
+                    bind_time: Duration::ZERO,
+                    unmap_wait_time: Duration::ZERO,
                     allocations: counters.created,
                     bind_calls: 0,
                 }
@@ -199,6 +211,9 @@ impl Backing {
                     device_bytes: pages.usage().device_bytes,
                     device_bytes_peak: pages.device_bytes_peak(),
                     driver_time: counters.driver_time(),
+                    allocation_time: counters.chunks.time,
+                    bind_time: counters.bind_time,
+                    unmap_wait_time: counters.unmap_wait_time,
                     allocations: counters.chunks.allocations,
                     bind_calls: counters.bind_calls,
                 }

@@ -83,6 +83,14 @@ pub struct GpuReplayReport {
     /// `destroy` for segments; memory allocation and freeing, binds and range creation for
     /// pages.
     pub driver_time_s: f64,
+    /// Of `driver_time_s`: getting and giving back memory (`create_buffer` and `destroy`, or
+    /// `vkAllocateMemory` and `vkFreeMemory`).
+    pub allocation_time_s: f64,
+    /// Of `driver_time_s`: `vkQueueBindSparse` calls (and their fence waits where binds are
+    /// not ordered on the GPU).
+    pub bind_time_s: f64,
+    /// CPU waits for the GPU before pages were unmapped or chunks freed (not driver time).
+    pub unmap_wait_s: f64,
     /// Device memory allocations (segment buffers, or chunks).
     pub device_allocations: u64,
     /// `vkQueueBindSparse` calls (0 for segments).
@@ -119,10 +127,9 @@ pub fn replay_on_gpu(
 ) -> Result<GpuReplayReport, String> {
     let start = Instant::now();
     let heap_before = heap_usage(gpu);
-    let device_memory = options.device_memory.or_else(|| {
-        gpu.memory_info()
-            .and_then(|info| info.device_local_bytes())
-    });
+    let device_memory = options
+        .device_memory
+        .or_else(|| gpu.memory_info().and_then(|info| info.device_local_bytes()));
     let mut pool_options = PoolOptions::default().with_label("replay");
     if let Some(bytes) = device_memory {
         pool_options = pool_options.with_device_memory(bytes);
@@ -195,6 +202,9 @@ pub fn replay_on_gpu(
         device_over_reserved: ratio(usage.device_bytes_peak, peak_reserved),
         heap_usage_peak_bytes: heap_peak,
         driver_time_s: usage.driver_time.as_secs_f64(),
+        allocation_time_s: usage.allocation_time.as_secs_f64(),
+        bind_time_s: usage.bind_time.as_secs_f64(),
+        unmap_wait_s: usage.unmap_wait_time.as_secs_f64(),
         device_allocations: usage.allocations,
         bind_calls: usage.bind_calls,
         segments_created: stats.num_device_alloc,

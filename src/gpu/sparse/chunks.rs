@@ -224,6 +224,14 @@ impl Chunks {
         self.insert_free(chunk, first, pages);
     }
 
+    /// Whether some chunk has no page taken.
+    pub fn has_idle(&self) -> bool {
+        self.chunks
+            .iter()
+            .flatten()
+            .any(|c| c.free_pages == c.pages)
+    }
+
     /// Frees chunks none of whose pages are taken, largest first, each only if it fits in
     /// what is left of `bytes`; returns the bytes freed (at most `bytes`).
     pub fn release_idle(&mut self, sparse: &SparseDevice, bytes: u64) -> u64 {

@@ -8,6 +8,7 @@ use ash::vk;
 
 use super::error::SparseError;
 use super::gate::QueueGate;
+use super::timeline::Timelines;
 
 /// Page mapping on one device: a cheap handle, shared by every pool on the device.
 ///
@@ -32,6 +33,9 @@ pub(crate) struct SparseDeviceInner {
     fences: Mutex<Vec<vk::Fence>>,
     /// Address space reserved by the ranges of every pool on the device.
     address_reserved: AtomicU64,
+    /// Timeline semaphores that order binds with the GPU, where the device has them;
+    /// without them every bind waits on a fence and every unmap for the GPU.
+    pub timelines: Option<Timelines>,
 }
 
 /// What a device offers for page mapping, read once when it is opened.
@@ -63,6 +67,13 @@ impl SparseDevice {
         self.inner.facts
     }
 
+    /// Whether binds are ordered with GPU work on the GPU (timeline semaphores): a map or an
+    /// unmap then never makes the CPU wait. Without, every bind waits on a fence and every
+    /// unmap first waits for the GPU to finish the work submitted before it.
+    pub fn orders_on_gpu(&self) -> bool {
+        self.inner.timelines.is_some()
+    }
+
     /// The page size in bytes.
     pub fn page_size(&self) -> u64 {
         self.inner.facts.page_size
@@ -90,6 +101,75 @@ impl SparseDevice {
 
     pub(crate) fn raw(&self) -> &ash::Device {
         &self.inner.raw
+    }
+
+    /// Submits one batch of buffer binds in a single `vkQueueBindSparse`, ordered after every
+    /// earlier bind and, with `after_gpu`, after the GPU timeline reaches that value; returns
+    /// the bind timeline value it signals. Nothing waits on the CPU. Needs timelines.
+    pub(crate) fn bind_ordered(
+        &self,
+        binds: &[vk::SparseBufferMemoryBindInfo<'_>],
+        after_gpu: Option<u64>,
+    ) -> Result<u64, SparseError> {
+        let inner = &self.inner;
+        let timelines = inner
+            .timelines
+            .as_ref()
+            .expect("bind_ordered is used only with timelines");
+        let _held = inner.gate.hold();
+        let mut last = timelines
+            .last_bind
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let value = *last + 1;
+        let mut wait_semaphores = vec![timelines.binds];
+        let mut wait_values = vec![*last];
+        if let Some(gpu) = after_gpu {
+            wait_semaphores.push(timelines.gpu());
+            wait_values.push(gpu);
+        }
+        let signal_semaphores = [timelines.binds];
+        let signal_values = [value];
+        let mut values = vk::TimelineSemaphoreSubmitInfo::default()
+            .wait_semaphore_values(&wait_values)
+            .signal_semaphore_values(&signal_values);
+        let info = vk::BindSparseInfo::default()
+            .wait_semaphores(&wait_semaphores)
+            .buffer_binds(binds)
+            .signal_semaphores(&signal_semaphores)
+            .push_next(&mut values);
+        // SAFETY: the queue is held through its gate; every bind names a live sparse buffer
+        // and live memory of this device; the semaphores are this device's timelines, and
+        // the signaled value is above every value signaled or pending on them.
+        unsafe {
+            inner.raw.queue_bind_sparse(
+                inner.bind_queue,
+                std::slice::from_ref(&info),
+                vk::Fence::null(),
+            )
+        }
+        .map_err(|result| SparseError::Vulkan {
+            call: "vkQueueBindSparse",
+            result,
+        })?;
+        *last = value;
+        Ok(value)
+    }
+
+    /// The bind timeline value of the last bind submitted (0: none), with timelines.
+    pub(crate) fn last_bind(&self) -> u64 {
+        self.inner.timelines.as_ref().map_or(0, |t| {
+            *t.last_bind.lock().unwrap_or_else(|p| p.into_inner())
+        })
+    }
+
+    /// Blocks until every bind submitted so far has been applied (with timelines; without,
+    /// every bind was already waited for).
+    pub(crate) fn wait_for_binds(&self) -> Result<(), SparseError> {
+        match &self.inner.timelines {
+            Some(timelines) => timelines.wait_for_bind(&self.inner.raw, self.last_bind()),
+            None => Ok(()),
+        }
     }
 
     /// Submits one batch of buffer binds in a single `vkQueueBindSparse` and waits until the
@@ -180,6 +260,7 @@ impl SparseDeviceInner {
         bind_queue: vk::Queue,
         gate: Arc<QueueGate>,
         facts: SparseFacts,
+        timelines: Option<Timelines>,
     ) -> SparseDeviceInner {
         SparseDeviceInner {
             raw,
@@ -190,6 +271,7 @@ impl SparseDeviceInner {
             facts,
             fences: Mutex::new(Vec::new()),
             address_reserved: AtomicU64::new(0),
+            timelines,
         }
     }
 
@@ -213,12 +295,15 @@ impl SparseDeviceInner {
         self.address_reserved.load(Ordering::Acquire)
     }
 
-    /// Destroys the pooled fences. Called as the device is destroyed, after every pool on
-    /// it is gone (pools keep the device alive).
-    pub fn destroy_fences(&self) {
+    /// Destroys the pooled fences and the timelines. Called as the device is destroyed,
+    /// after every pool on it is gone (pools keep the device alive).
+    pub fn destroy_sync_objects(&self) {
         for fence in lock(&self.fences).drain(..) {
             // SAFETY: pooled fences are idle and the device is still alive.
             unsafe { self.raw.destroy_fence(fence, None) };
+        }
+        if let Some(timelines) = &self.timelines {
+            timelines.destroy(&self.raw);
         }
     }
 }
@@ -252,7 +337,7 @@ pub(crate) fn unregister(handle: vk::Device) {
     let mut devices = DEVICES.write().unwrap_or_else(|p| p.into_inner());
     for (_, entry) in devices.iter().filter(|(h, _)| *h == handle) {
         if let Registered::Sparse(device) = entry {
-            device.inner.destroy_fences();
+            device.inner.destroy_sync_objects();
         }
     }
     devices.retain(|(h, _)| *h != handle);

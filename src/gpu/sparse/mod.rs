@@ -28,6 +28,7 @@ mod open;
 mod paged;
 mod range;
 mod source;
+mod timeline;
 
 pub use chunks::{ChunkCounters, ChunkPolicy};
 pub use device::{SparseDevice, SparseFacts};

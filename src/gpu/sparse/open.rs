@@ -15,6 +15,7 @@ use wgpu::hal::api::Vulkan;
 use super::device::{Registered, SparseDevice, SparseDeviceInner, SparseFacts};
 use super::error::SparseError;
 use super::gate::{self, QueueGate, RealQueueFns};
+use super::timeline::Timelines;
 
 /// Every buffer usage a pool range may carry: the page size is read for all of them.
 pub(crate) const ALL_BUFFER_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
@@ -95,6 +96,11 @@ pub fn request_device(
     let properties = hal_adapter.physical_device_capabilities().properties();
     let api_1_1 = shared.instance_api_version() >= vk::API_VERSION_1_1
         && properties.api_version >= vk::API_VERSION_1_1;
+    // wgpu-hal enables timeline semaphores wherever the device has them (its fences are
+    // timelines); the pool uses them on Vulkan 1.2 devices, where they are core.
+    let timeline_semaphores = api_1_1
+        && properties.api_version >= vk::API_VERSION_1_2
+        && has_timeline_semaphores(&instance, physical_device);
 
     let features = desc.required_features;
     let extensions = hal_adapter.required_device_extensions(features);
@@ -212,6 +218,12 @@ pub fn request_device(
     // SAFETY: `open` was made from this adapter's hal adapter, with exactly `desc`'s features.
     let (device, queue) = unsafe { adapter.create_device_from_hal::<Vulkan>(open, desc) }
         .map_err(SparseError::RequestDevice)?;
+    let timelines = if timeline_semaphores {
+        // Without them, binds wait on fences instead: slower, still correct.
+        Timelines::new(&raw).ok()
+    } else {
+        None
+    };
     let sparse = SparseDevice {
         inner: Arc::new(SparseDeviceInner::new(
             raw,
@@ -220,6 +232,7 @@ pub fn request_device(
             bind_queue,
             queue_gate,
             facts,
+            timelines,
         )),
     };
     super::device::register(handle, Registered::Sparse(sparse));
@@ -349,6 +362,15 @@ pub(crate) fn pick_memory_type(
                 .contains(vk::MemoryPropertyFlags::DEVICE_LOCAL)
         })
         .or_else(|| types.find(allowed))
+}
+
+/// Whether the physical device supports timeline semaphores (a 1.1+ instance and device).
+fn has_timeline_semaphores(instance: &ash::Instance, physical_device: vk::PhysicalDevice) -> bool {
+    let mut timeline = vk::PhysicalDeviceTimelineSemaphoreFeatures::default();
+    let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut timeline);
+    // SAFETY: a Vulkan 1.1 query with a chained structure of Vulkan 1.2.
+    unsafe { instance.get_physical_device_features2(physical_device, &mut features) };
+    timeline.timeline_semaphore == vk::TRUE
 }
 
 /// `maxBufferSize` (Vulkan 1.3), or no limit on older devices.

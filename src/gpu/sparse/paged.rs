@@ -58,6 +58,13 @@ pub struct PagedUsage {
     pub chunks: usize,
 }
 
+/// What a bind does, for its ordering with GPU work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BindKind {
+    Map,
+    Unmap,
+}
+
 struct RangeState {
     range: SparseRange,
     /// Bound extents: offset in the range -> the physical pages behind it.
@@ -208,6 +215,8 @@ impl PagedMemory {
         if !mapped.is_empty() {
             self.unmap(id, &mapped)?;
         }
+        // Binds into the range may still be pending: its buffer must outlive them.
+        self.sparse.wait_for_binds()?;
         let state = self.ranges[id as usize].take().expect("checked live");
         let size = state.range.size();
         self.range_bytes -= size;
@@ -318,7 +327,7 @@ impl PagedMemory {
                     .memory_offset(run.first as u64 * page)
             })
             .collect();
-        if let Err(error) = self.submit_binds(id, &binds) {
+        if let Err(error) = self.submit_binds(id, &binds, BindKind::Map) {
             for run in physical {
                 self.chunks.give(run);
             }
@@ -351,7 +360,6 @@ impl PagedMemory {
         if runs.iter().all(|&(_, len)| len == 0) {
             return Ok(());
         }
-        self.wait_for_gpu();
         let raw_runs: Vec<(u64, u64)> = runs.to_vec();
         let binds: Vec<vk::SparseMemoryBind> = raw_runs
             .iter()
@@ -363,7 +371,7 @@ impl PagedMemory {
                     .memory(vk::DeviceMemory::null())
             })
             .collect();
-        self.submit_binds(id, &binds)?;
+        self.submit_binds(id, &binds, BindKind::Unmap)?;
         let state = self.ranges[id as usize].as_mut().expect("checked live");
         let mut freed = Vec::new();
         for &(offset, len) in &raw_runs {
@@ -418,12 +426,26 @@ impl PagedMemory {
     /// Frees chunks with no page in use, largest first, as long as the total stays at most
     /// `bytes`; returns the bytes freed. Held pages of chunks that are partly in use stay.
     pub fn release_idle(&mut self, bytes: u64) -> u64 {
+        if bytes > 0 && self.chunks.has_idle() {
+            // Unbinds of the chunks' pages may still be pending on the GPU.
+            let start = Instant::now();
+            let _ = self.sparse.wait_for_binds();
+            self.counters.unmap_wait_time += start.elapsed();
+        }
         self.chunks.release_idle(&self.sparse, bytes)
     }
 
     /// The peak of device memory in chunks.
     pub fn device_bytes_peak(&self) -> u64 {
         self.chunks.device_bytes_peak()
+    }
+
+    /// Blocks until every bind submitted so far (by any pool on the device) has been applied
+    /// on the GPU. Maps and unmaps return before that where the device orders binds on the
+    /// GPU ([`SparseDevice::orders_on_gpu`]); work submitted after them waits on the GPU, so
+    /// nothing needs this but measurements.
+    pub fn wait_for_binds(&self) -> Result<(), SparseError> {
+        self.sparse.wait_for_binds()
     }
 
     /// Bytes of held memory not bound anywhere.
@@ -455,13 +477,41 @@ impl PagedMemory {
         Ok(())
     }
 
-    fn submit_binds(&mut self, id: u32, binds: &[vk::SparseMemoryBind]) -> Result<(), SparseError> {
+    /// One `vkQueueBindSparse` of `binds` into range `id`, ordered with the GPU: a map
+    /// before any later wgpu work, an unmap after all earlier wgpu work. With timelines the
+    /// GPU does the waiting; without, the CPU does (a fence, and for an unmap a wait for the
+    /// GPU first).
+    fn submit_binds(
+        &mut self,
+        id: u32,
+        binds: &[vk::SparseMemoryBind],
+        kind: BindKind,
+    ) -> Result<(), SparseError> {
         let buffer = self.range(id)?.range.raw();
         let info = vk::SparseBufferMemoryBindInfo::default()
             .buffer(buffer)
             .binds(binds);
+        let sparse = self.sparse.clone();
+        let timelines = sparse.inner.timelines.as_ref();
+        let after_gpu = match (kind, timelines) {
+            (BindKind::Unmap, Some(timelines)) => Some(timelines.gpu_done(&self.queue)),
+            (BindKind::Unmap, None) => {
+                self.wait_for_gpu();
+                None
+            }
+            (BindKind::Map, _) => None,
+        };
         let start = Instant::now();
-        let result = self.sparse.bind(std::slice::from_ref(&info));
+        let result = match timelines {
+            Some(timelines) => sparse
+                .bind_ordered(std::slice::from_ref(&info), after_gpu)
+                .map(|value| {
+                    if kind == BindKind::Map {
+                        timelines.gpu_waits_for_bind(&self.queue, value);
+                    }
+                }),
+            None => sparse.bind(std::slice::from_ref(&info)),
+        };
         self.counters.bind_time += start.elapsed();
         self.counters.bind_calls += 1;
         result
@@ -483,8 +533,10 @@ impl PagedMemory {
 
 impl Drop for PagedMemory {
     fn drop(&mut self) {
-        // Every block is gone; wait for the work that used them, then give everything back.
+        // Every block is gone; wait for the work that used them and for pending binds, then
+        // give everything back.
         self.wait_for_gpu();
+        let _ = self.sparse.wait_for_binds();
         for state in self.ranges.drain(..).flatten() {
             self.sparse.inner.release_address_space(state.range.size());
         }
