@@ -759,8 +759,14 @@ impl<'a> Harness<'a> {
                     a.requested == size && a.block_size >= rounded,
                     "{what} (rounded {rounded}) returned {a:?}"
                 );
+                // Under a cap the default policy lets a small request take room in a large
+                // segment when no small segment fits (issue 13 item 6).
+                let small_in_large = self.config.policy == Policy::Compact
+                    && self.cap.is_some()
+                    && SegmentKind::for_size(rounded) == SegmentKind::Small
+                    && a.kind == SegmentKind::Large;
                 ensure!(
-                    a.kind == SegmentKind::for_size(rounded),
+                    a.kind == SegmentKind::for_size(rounded) || small_in_large,
                     "{what}: {a:?} is in the wrong pool"
                 );
                 let segment = self.segment(a.segment.0).expect("checked above");
@@ -1852,4 +1858,45 @@ fn gpt2_trace_in_pages_mode_stays_near_live_memory() {
         report.mapped_bytes_total <= 3 * report.peak_live_bytes,
         "{report:?}"
     );
+}
+
+/// Issue 13 item 6, with fixed segments under a cap: an 8 MiB request under a 16 MiB cap
+/// gets a segment of its own size instead of failing for want of a 20 MiB one, and a small
+/// request takes free room in a large segment instead of failing for want of a small one.
+/// `policy:pytorch` keeps PyTorch's behaviour.
+#[test]
+fn caps_cut_new_segments_to_fit_under_the_default_policy() {
+    let limits = EngineLimits::unlimited();
+    let mut device = VirtualSegments::unlimited();
+    let mut engine = Engine::new(
+        Config::parse("expandable_segments:False,memory_limit_mb:16").unwrap(),
+        limits,
+    )
+    .unwrap();
+    let a = engine.allocate(8 * MIB, 0, &mut device).unwrap();
+    assert_eq!(engine.memory_stats().reserved_bytes.all.current, 8 * MIB);
+    engine.free(a.block, &mut device).unwrap();
+    let mut pytorch = Engine::new(
+        Config::parse("policy:pytorch,memory_limit_mb:16").unwrap(),
+        limits,
+    )
+    .unwrap();
+    let error = pytorch.allocate(8 * MIB, 0, &mut device).unwrap_err();
+    assert!(error.to_string().contains("large_segment_size_mb"), "{error}");
+
+    let mut engine = Engine::new(
+        Config::parse("expandable_segments:False,memory_limit_mb:20").unwrap(),
+        limits,
+    )
+    .unwrap();
+    let big = engine.allocate(2 * MIB, 0, &mut device).unwrap();
+    assert_eq!(engine.memory_stats().reserved_bytes.all.current, 20 * MIB);
+    let small = engine.allocate(4 * KIB, 0, &mut device).unwrap();
+    assert_eq!(small.segment, big.segment, "served from the large segment");
+    assert_eq!(engine.memory_stats().num_ooms, 0);
+    engine.check_invariants().unwrap();
+    for id in [small.block, big.block] {
+        engine.free(id, &mut device).unwrap();
+    }
+    engine.check_invariants().unwrap();
 }

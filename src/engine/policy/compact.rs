@@ -175,7 +175,28 @@ impl PlacementPolicy for CompactPolicy {
         request: Request,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, AllocError> {
-        let size = segment_size(state, request.stream, request.rounded);
+        let mut size = segment_size(state, request.stream, request.rounded);
+        if let Some(cap) = state.cap {
+            let reserved = state.reserved();
+            if reserved.saturating_add(size) > cap {
+                // Rule 4: under a cap, a segment larger than the request that would not fit
+                // is cut down to the request (in 2 MiB steps): an 8 MiB request under a
+                // 16 MiB cap gets an 8 MiB segment, not a failed 20 MiB one.
+                let fitted = request.rounded.div_ceil(ROUND_LARGE) * ROUND_LARGE;
+                if fitted < size && reserved.saturating_add(fitted) <= cap {
+                    size = fitted;
+                } else if request.kind == SegmentKind::Small {
+                    // ... and a small request that gets no small segment takes free room in
+                    // a large segment before it fails (or spills to host memory).
+                    let large = SegmentKind::Large.index();
+                    if let Some(key) = state.free_index[large].best_fit(request.stream, request.rounded)
+                    {
+                        state.free_index[large].remove(&key);
+                        return Ok(key.block);
+                    }
+                }
+            }
+        }
         state.grow_segments(request, size, source, &mut |state, size, source| {
             self.make_room(state, request.rounded, size, source)
         })
