@@ -844,3 +844,85 @@ fn shortcuts_and_a_cap_set_at_run_time() {
     pool.reset_peak_stats();
     assert_eq!(pool.max_memory_allocated(), 0);
 }
+
+/// A `log` sink for the leak report.
+struct Captured(std::sync::Mutex<Vec<String>>);
+
+impl log::Log for Captured {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        self.0.lock().unwrap().push(record.args().to_string());
+    }
+    fn flush(&self) {}
+}
+
+fn captured_log() -> &'static Captured {
+    static LOG: std::sync::OnceLock<&'static Captured> = std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        let sink: &'static Captured = Box::leak(Box::new(Captured(Default::default())));
+        log::set_logger(sink).expect("the only logger of this test binary");
+        log::set_max_level(log::LevelFilter::Warn);
+        sink
+    })
+}
+
+/// Issue 14, item 3: a label per allocation, in the snapshot, the summary and the leak
+/// report, which the pool logs when its last handle drops with blocks still allocated.
+#[test]
+fn labels_name_blocks_in_the_snapshot_the_summary_and_the_leak_report() {
+    let gpu = common::gpu();
+    let log = captured_log();
+    let options = PoolOptions::default()
+        .with_label("labelled pool")
+        .with_log_leaks(true);
+    let config = Config::parse("policy:pytorch").unwrap();
+    let pool = Pool::with_options(gpu.device(), gpu.queue(), config, options).unwrap();
+    let weights = pool.alloc_labeled(4096, "weights").unwrap();
+    let first = pool.alloc_labeled(1000, "activations").unwrap();
+    let mut second = pool.alloc_labeled(1000, "activations").unwrap();
+    let plain = pool.alloc(512).unwrap();
+    assert_eq!((weights.label(), plain.label()), (Some("weights"), None));
+    let snapshot = pool.snapshot();
+    let labelled = |block: &Block| {
+        snapshot
+            .iter()
+            .filter(|s| s.id == block.segment())
+            .flat_map(|s| &s.blocks)
+            .find(|b| b.offset == block.offset())
+            .and_then(|b| b.label.clone())
+    };
+    assert_eq!(labelled(&weights).as_deref(), Some("weights"));
+    assert_eq!(labelled(&second).as_deref(), Some("activations"));
+    assert_eq!(labelled(&plain), None);
+    let summary = pool.memory_summary();
+    assert!(
+        summary.contains("activations: 2 blocks, 2.00 KiB"),
+        "{summary}"
+    );
+    assert!(summary.contains("weights: 1 blocks, 4.00 KiB"), "{summary}");
+    // A move keeps the label; a drop removes the block from the report.
+    pool.offload(&mut second).unwrap();
+    assert_eq!(second.label(), Some("activations"));
+    drop(first);
+    let report = pool.leak_report().expect("blocks are allocated");
+    for needle in [
+        "3 blocks",
+        "activations: 1 (1.00 KiB)",
+        "weights: 1 (4.00 KiB)",
+        "unlabelled: 1 (512 B)",
+    ] {
+        assert!(report.contains(needle), "report lacks `{needle}`: {report}");
+    }
+    // The last handle goes while blocks live on: the report is logged, naming the pool.
+    drop(pool);
+    let logged = log.0.lock().unwrap().clone();
+    assert!(
+        logged
+            .iter()
+            .any(|line| line.starts_with("labelled pool: 3 blocks") && line.contains("weights")),
+        "{logged:?}"
+    );
+    drop((weights, second, plain));
+}

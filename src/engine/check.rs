@@ -20,6 +20,9 @@ pub struct BlockSnapshot {
     /// Whether memory is mapped behind it: always, but for the unmapped address space of a
     /// range in pages mode (never allocated).
     pub mapped: bool,
+    /// The label the block was allocated with, where the caller keeps labels (the wgpu
+    /// pool's `Pool::alloc_labeled`); the engine itself has none.
+    pub label: Option<String>,
 }
 
 /// One segment and its blocks in address order (like `torch.cuda.memory_snapshot()`). In
@@ -60,6 +63,7 @@ impl EngineState {
                     allocated,
                     requested: if allocated { b.requested } else { 0 },
                     mapped: !self.links.is_unmapped(cursor),
+                    label: None,
                 });
                 cursor = self.links.next(cursor);
             }

@@ -1,5 +1,7 @@
 //! Allocation: the reuse cache, the engine, and host overflow.
 
+use std::sync::Arc;
+
 use super::block::BlockParts;
 use super::pool_shared::PoolState;
 use super::{Block, Pool, Residency};
@@ -32,10 +34,27 @@ impl Pool {
             *parts.exposed_in.get_mut() = 0;
             return Ok(Block::new(shared, parts));
         }
-        self.alloc_through_engine(size)
+        self.alloc_through_engine(size, None)
     }
 
-    fn alloc_through_engine(&self, size: u64) -> Result<Block, AllocError> {
+    /// A block of at least `size` bytes that carries `label`: [`Block::label`] returns it,
+    /// and [`snapshot`](Pool::snapshot), [`memory_summary`](Pool::memory_summary) and
+    /// [`leak_report`](Pool::leak_report) name the block by it. Labels cost a lock and a
+    /// map entry per block (labelled blocks bypass the reuse cache); use [`alloc`](Pool::alloc)
+    /// on hot paths.
+    ///
+    /// # Errors
+    ///
+    /// As for [`alloc`](Pool::alloc).
+    pub fn alloc_labeled(&self, size: u64, label: &str) -> Result<Block, AllocError> {
+        self.alloc_through_engine(size, Some(Arc::from(label)))
+    }
+
+    fn alloc_through_engine(
+        &self,
+        size: u64,
+        label: Option<Arc<str>>,
+    ) -> Result<Block, AllocError> {
         let mut state = self.shared.lock_flushed();
         let PoolState { engine, memory, .. } = &mut *state;
         let placed = match engine.allocate(size, 0, memory) {
@@ -67,6 +86,11 @@ impl Pool {
             }
             Err(error) => return Err(error),
         };
+        let mut placed = placed;
+        if label.is_some() {
+            placed.label = label;
+            state.add_label(&placed);
+        }
         drop(state);
         Ok(Block::new(self.shared.clone(), Box::new(placed)))
     }

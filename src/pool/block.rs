@@ -22,6 +22,8 @@ pub(crate) struct BlockParts {
     pub residency: Residency,
     /// Counts the moves between device and host memory.
     pub generation: u32,
+    /// The label given at allocation ([`Pool::alloc_labeled`](super::Pool::alloc_labeled)).
+    pub label: Option<Arc<str>>,
     /// The pool's submission epoch when the block was last exposed (a binding, operand,
     /// slice or buffer taken); 0 if never since it was handed out.
     pub exposed_in: AtomicU64,
@@ -33,6 +35,7 @@ impl BlockParts {
             residency,
             generation: 0,
             exposed_in: AtomicU64::new(0),
+            label: None,
             id: allocation.block,
             buffer,
             segment: allocation.segment,
@@ -109,6 +112,12 @@ impl Block {
     /// 512 B). Bytes past `size()` belong to this block and no other.
     pub fn capacity(&self) -> u64 {
         self.parts.capacity
+    }
+
+    /// The label the block was allocated with, if any
+    /// ([`Pool::alloc_labeled`](super::Pool::alloc_labeled)).
+    pub fn label(&self) -> Option<&str> {
+        self.parts.label.as_deref()
     }
 
     /// The segment the block lives in.
@@ -206,6 +215,7 @@ impl std::fmt::Debug for Block {
             .field("offset", &self.parts.offset)
             .field("size", &self.parts.size)
             .field("capacity", &self.parts.capacity)
+            .field("label", &self.parts.label)
             .finish()
     }
 }

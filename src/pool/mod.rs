@@ -97,7 +97,12 @@ impl Drop for Pool {
         if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
             // The last handle: nobody can reuse parked blocks any more, and they would keep
             // the pool alive, so they go back to the engine.
-            drop(self.shared.lock_flushed());
+            let state = self.shared.lock_flushed();
+            if self.shared.log_leaks {
+                if let Some(report) = stats::leak_report(&state) {
+                    log::warn!("{}: {report}", self.shared.label);
+                }
+            }
         }
     }
 }
@@ -179,6 +184,7 @@ impl Pool {
                     host: None,
                     held: Vec::new(),
                     host_overflows: 0,
+                    labels: Default::default(),
                 }),
                 reuse,
                 handles: AtomicUsize::new(1),
@@ -189,6 +195,7 @@ impl Pool {
                 device_memory,
                 epoch: AtomicU64::new(1),
                 recording: std::sync::atomic::AtomicBool::new(false),
+                log_leaks: options.log_leaks,
             }),
         })
     }

@@ -27,11 +27,13 @@ impl Pool {
             .map_err(MoveError::HostTier)?;
         let allocation = host.engine.allocate(block.size(), 0, &mut host.segments)?;
         let buffer = host.segments.buffer(allocation.segment).clone();
-        let target = BlockParts::new(allocation, buffer, Residency::Host);
+        let mut target = BlockParts::new(allocation, buffer, Residency::Host);
         if let Err(error) = self.dma(block.parts(), &target) {
             free_to_engine(&mut state, target);
             return Err(error);
         }
+        target.label = block.parts().label.clone();
+        state.add_label(&target);
         let old = block.relocate(target);
         // The copy is submitted; later users of the device memory come after it in the queue.
         self.retire(&mut state, old);
@@ -72,7 +74,7 @@ impl Pool {
                 })?
         };
         let buffer = state.memory.buffer(allocation.segment).clone();
-        let target = BlockParts::new(allocation, buffer, Residency::Device);
+        let mut target = BlockParts::new(allocation, buffer, Residency::Device);
         let bindable = state.host.as_ref().is_some_and(|h| h.bindable);
         let copied = if bindable {
             self.dma(block.parts(), &target)
@@ -83,6 +85,8 @@ impl Pool {
             free_to_engine(&mut state, target);
             return Err(error);
         }
+        target.label = block.parts().label.clone();
+        state.add_label(&target);
         let old = block.relocate(target);
         self.retire(&mut state, old);
         Ok(())

@@ -46,6 +46,7 @@ pub struct PoolOptions {
     pub(crate) label: String,
     pub(crate) device_memory: Option<u64>,
     pub(crate) free_timing: FreeTiming,
+    pub(crate) log_leaks: bool,
 }
 
 impl Default for PoolOptions {
@@ -55,6 +56,7 @@ impl Default for PoolOptions {
             label: "wgpool".to_string(),
             device_memory: None,
             free_timing: FreeTiming::default(),
+            log_leaks: false,
         }
     }
 }
@@ -89,6 +91,14 @@ impl PoolOptions {
         self
     }
 
+    /// A debug setting: when the last `Pool` handle drops while blocks are still allocated,
+    /// log [`Pool::leak_report`](super::Pool::leak_report) at `warn` level through the
+    /// `log` crate (default off). Blocks may outlive the pool; this names the ones that do.
+    pub fn with_log_leaks(mut self, log_leaks: bool) -> Self {
+        self.log_leaks = log_leaks;
+        self
+    }
+
     /// The segment usages.
     pub fn usage(&self) -> wgpu::BufferUsages {
         self.usage
@@ -107,5 +117,10 @@ impl PoolOptions {
     /// When dropped blocks may be reused.
     pub fn free_timing(&self) -> FreeTiming {
         self.free_timing
+    }
+
+    /// Whether leaks are logged when the last `Pool` handle drops.
+    pub fn log_leaks(&self) -> bool {
+        self.log_leaks
     }
 }

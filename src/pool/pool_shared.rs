@@ -1,5 +1,6 @@
 //! State shared by a pool and its blocks.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -10,7 +11,7 @@ use super::error::PoolError;
 use super::host_tier::HostTier;
 use super::options::FreeTiming;
 use super::reuse_cache::{self, CacheOwner, ReuseCache};
-use crate::engine::{Engine, SegmentKind};
+use crate::engine::{BlockId, Engine, SegmentId, SegmentKind};
 
 /// Binding limits of the pool's usage, read from the device once.
 #[derive(Debug, Clone, Copy)]
@@ -37,6 +38,34 @@ pub(crate) struct PoolState {
     pub held: Vec<BlockParts>,
     /// Allocations served from host memory because the device was full (`overflow:host`).
     pub host_overflows: u64,
+    /// Live labelled blocks (held ones included), by residency and engine id.
+    pub labels: HashMap<(Residency, BlockId), LabelledBlock>,
+}
+
+/// Where a live labelled block is.
+#[derive(Debug, Clone)]
+pub(crate) struct LabelledBlock {
+    pub label: Arc<str>,
+    pub segment: SegmentId,
+    pub offset: u64,
+    pub capacity: u64,
+}
+
+impl PoolState {
+    /// Notes a labelled block that was just placed.
+    pub fn add_label(&mut self, parts: &BlockParts) {
+        if let Some(label) = &parts.label {
+            self.labels.insert(
+                (parts.residency, parts.id),
+                LabelledBlock {
+                    label: label.clone(),
+                    segment: parts.segment,
+                    offset: parts.offset,
+                    capacity: parts.capacity,
+                },
+            );
+        }
+    }
 }
 
 /// Everything behind a [`Pool`](super::Pool) handle and its [`Block`](super::Block)s.
@@ -63,6 +92,8 @@ pub(crate) struct PoolShared {
     pub epoch: AtomicU64,
     /// Whether the history records (`Pool::record_history`): the reuse cache is bypassed.
     pub recording: std::sync::atomic::AtomicBool,
+    /// Log the blocks still allocated when the last `Pool` handle drops.
+    pub log_leaks: bool,
 }
 
 impl PoolShared {
@@ -95,7 +126,9 @@ impl PoolShared {
             }
             return;
         }
-        if parts.residency == Residency::Host {
+        if parts.residency == Residency::Host || parts.label.is_some() {
+            // Host blocks and labelled blocks return through the engine: the reuse cache
+            // serves device blocks without labels only.
             let mut state = shared.lock();
             free_to_engine(&mut state, *parts);
             return;
@@ -191,6 +224,9 @@ impl PoolShared {
 pub(crate) fn free_to_engine(state: &mut PoolState, parts: BlockParts) {
     // A block is freed exactly once (when its handle is dropped or after a move), so its id
     // is live in the engine of its residency.
+    if parts.label.is_some() {
+        state.labels.remove(&(parts.residency, parts.id));
+    }
     let freed = match parts.residency {
         Residency::Device => {
             if let Some(log) = &mut state.memory.history
@@ -207,7 +243,8 @@ pub(crate) fn free_to_engine(state: &mut PoolState, parts: BlockParts) {
         }
         Residency::Host => match state.host.as_mut() {
             Some(host) => host.engine.free(parts.id, &mut host.segments),
-            None => unreachable!("a host block exists only once the host tier does"),
+            // A host block exists only once the host tier does.
+            None => Ok(()),
         },
     };
     debug_assert!(freed.is_ok(), "{freed:?}");

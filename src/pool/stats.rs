@@ -1,8 +1,11 @@
 //! Statistics: PyTorch's `memory_stats` for device and host memory, the summary table, the
 //! snapshot, and torch-style shortcuts.
 
-use super::Pool;
-use crate::engine::{MemoryStats, SegmentSnapshot};
+use std::collections::{BTreeMap, HashMap};
+
+use super::pool_shared::PoolState;
+use super::{Pool, Residency};
+use crate::engine::{MemoryStats, SegmentId, SegmentSnapshot};
 use crate::format::bytes;
 
 impl Pool {
@@ -116,6 +119,15 @@ impl Pool {
                 state.host_overflows
             ));
         }
+        if !state.labels.is_empty() {
+            out.push_str("live labelled blocks:\n");
+            for (label, count, block_bytes) in by_label(&state) {
+                out.push_str(&format!(
+                    "  {label}: {count} blocks, {}\n",
+                    bytes(block_bytes)
+                ));
+            }
+        }
         if let Some(host) = &state.host {
             out.push_str("host-resident memory (overflow and offloaded blocks):\n");
             out.push_str(&host.engine.memory_summary());
@@ -123,9 +135,40 @@ impl Pool {
         out
     }
 
-    /// The device segments and their blocks.
+    /// The device segments and their blocks, in address order; blocks allocated with
+    /// [`alloc_labeled`](Pool::alloc_labeled) carry their label.
     pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
-        self.shared.lock_flushed().engine.snapshot()
+        let state = self.shared.lock_flushed();
+        let mut segments = state.engine.snapshot();
+        if state.labels.is_empty() {
+            return segments;
+        }
+        let labels: HashMap<(SegmentId, u64), &str> = state
+            .labels
+            .iter()
+            .filter(|((residency, _), _)| *residency == Residency::Device)
+            .map(|(_, block)| ((block.segment, block.offset), &*block.label))
+            .collect();
+        for segment in &mut segments {
+            for block in &mut segment.blocks {
+                if block.allocated {
+                    block.label = labels
+                        .get(&(segment.id, block.offset))
+                        .map(|label| label.to_string());
+                }
+            }
+        }
+        segments
+    }
+
+    /// The blocks still allocated, device and host memory together: how many and how many
+    /// bytes, by label (unlabelled blocks as one line), or `None` when there are none.
+    /// Blocks held back until a submission point count as allocated.
+    ///
+    /// With [`PoolOptions::with_log_leaks`](super::PoolOptions::with_log_leaks), the pool
+    /// logs this when its last handle drops.
+    pub fn leak_report(&self) -> Option<String> {
+        leak_report(&self.shared.lock_flushed())
     }
 
     /// The cap on reserved device bytes, if any.
@@ -157,4 +200,45 @@ impl Pool {
         state.memory.set_limit(cap);
         Ok(cap)
     }
+}
+
+/// Live labelled blocks by label: (label, blocks, bytes), in label order.
+fn by_label(state: &PoolState) -> Vec<(String, u64, u64)> {
+    let mut groups: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for block in state.labels.values() {
+        let group = groups.entry(&block.label).or_default();
+        group.0 += 1;
+        group.1 += block.capacity;
+    }
+    groups
+        .into_iter()
+        .map(|(label, (count, block_bytes))| (label.to_string(), count, block_bytes))
+        .collect()
+}
+
+/// The blocks still allocated, or `None`; see [`Pool::leak_report`].
+pub(super) fn leak_report(state: &PoolState) -> Option<String> {
+    let device = state.engine.memory_stats();
+    let host = state.host.as_ref().map(|host| host.engine.memory_stats());
+    let count = device.allocation.all.current + host.map_or(0, |h| h.allocation.all.current);
+    if count == 0 {
+        return None;
+    }
+    let total =
+        device.allocated_bytes.all.current + host.map_or(0, |h| h.allocated_bytes.all.current);
+    let mut out = format!("{count} blocks ({}) are still allocated", bytes(total));
+    let mut labelled = (0u64, 0u64);
+    for (label, blocks, block_bytes) in by_label(state) {
+        out.push_str(&format!("; {label}: {blocks} ({})", bytes(block_bytes)));
+        labelled.0 += blocks;
+        labelled.1 += block_bytes;
+    }
+    if labelled.0 < count {
+        out.push_str(&format!(
+            "; unlabelled: {} ({})",
+            count - labelled.0,
+            bytes(total.saturating_sub(labelled.1))
+        ));
+    }
+    Some(out)
 }
