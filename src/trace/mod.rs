@@ -2,6 +2,7 @@
 //! replaying them through the engine.
 
 mod builder;
+mod cuda_addresses;
 mod error;
 mod gpu_replay;
 mod input;
@@ -15,6 +16,7 @@ mod replay;
 mod rmm;
 mod torch_snapshot;
 
+pub use cuda_addresses::CudaAddressModel;
 pub use error::{EXCERPT_CHARS, Position, TraceError, excerpt};
 pub use gpu_replay::{GpuReplayOptions, GpuReplayReport, replay_on_gpu};
 pub use input::{DEFAULT_MAX_INPUT_BYTES, ReadOptions, detect_format, read_trace, read_trace_from};

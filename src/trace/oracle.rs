@@ -14,11 +14,12 @@
 //! the range's address. The engine asks its [`SegmentSource`] for an address whenever it
 //! reserves a range, whatever kind of segment it is.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 
 use serde::Serialize;
 
+use super::cuda_addresses::CudaAddressModel;
 use crate::config::Config;
 use crate::engine::rounding::{SegmentKind, round_request};
 use crate::engine::{
@@ -30,12 +31,18 @@ use crate::engine::{
 /// segment: PyTorch reused memory that the engine still holds), far above CUDA's addresses.
 const FALLBACK_BASE: u64 = 1 << 52;
 
-/// Virtual segments whose addresses come from the trace.
+/// Virtual segments whose addresses come from the trace, or else from a model of CUDA's.
 ///
 /// Before each allocation, [`expect`](OracleSegments::expect) gives the address PyTorch
 /// returned for it; if the engine creates a segment for that allocation, the segment is put
 /// at that address, unless that would overlap a live segment (the engine and PyTorch have
 /// already parted ways), in which case it goes to a fresh address far from CUDA's.
+///
+/// A segment with no address from the trace goes where
+/// [`with_cuda_addresses`](OracleSegments::with_cuda_addresses)' model of the CUDA driver
+/// puts it, when one is given (plain replay of `policy:pytorch`), and otherwise to a fresh
+/// address far from CUDA's. Page-mapped ranges never take the model's addresses: PyTorch
+/// reserves them with `cuMemAddressReserve`, which the model does not cover.
 #[derive(Debug, Default)]
 pub struct OracleSegments {
     /// The simulated device: sizes, counts, an optional limit.
@@ -45,6 +52,9 @@ pub struct OracleSegments {
     live: BTreeMap<u64, u64>,
     base_of: HashMap<SegmentId, u64>,
     fallback: u64,
+    cuda: Option<CudaAddressModel>,
+    /// Live page-mapped ranges.
+    ranges: HashSet<SegmentId>,
 }
 
 impl OracleSegments {
@@ -57,9 +67,31 @@ impl OracleSegments {
         }
     }
 
+    /// This source, placing segments that have no address from the trace where `driver`
+    /// says (`cudaMalloc` / `cudaFree` of each segment, in the engine's order).
+    pub fn with_cuda_addresses(mut self, driver: CudaAddressModel) -> Self {
+        self.cuda = Some(driver);
+        self
+    }
+
     /// The address the next allocation got in the recorded run (`None`: no address known).
     pub fn expect(&mut self, address: Option<u64>) {
         self.expected = address;
+    }
+
+    /// The traced process created a stream (PyTorch creates one before its first use);
+    /// the CUDA model, if any, reserves address space for it.
+    pub fn create_stream(&mut self) {
+        if let Some(driver) = self.cuda.as_mut() {
+            driver.create_stream();
+        }
+    }
+
+    /// Forgets segment or range `id`'s address.
+    fn forget(&mut self, id: SegmentId) -> Option<u64> {
+        let base = self.base_of.remove(&id)?;
+        self.live.remove(&base);
+        Some(base)
     }
 
     fn overlaps(&self, base: u64, end: u64) -> bool {
@@ -91,8 +123,10 @@ impl SegmentSource for OracleSegments {
     }
 
     fn release_segment(&mut self, id: SegmentId, size: u64) {
-        if let Some(base) = self.base_of.remove(&id) {
-            self.live.remove(&base);
+        if let Some(base) = self.forget(id)
+            && let Some(driver) = self.cuda.as_mut()
+        {
+            driver.free(base);
         }
         self.device.release_segment(id, size);
     }
@@ -107,10 +141,14 @@ impl SegmentSource for OracleSegments {
         size: u64,
         kind: SegmentKind,
     ) -> Result<(), SourceError> {
-        self.device.reserve_range(id, size, kind)
+        self.device.reserve_range(id, size, kind)?;
+        self.ranges.insert(id);
+        Ok(())
     }
 
     fn release_range(&mut self, id: SegmentId, size: u64) {
+        self.ranges.remove(&id);
+        self.forget(id);
         self.device.release_range(id, size);
     }
 
@@ -127,14 +165,16 @@ impl SegmentSource for OracleSegments {
     }
 
     fn segment_address(&mut self, id: SegmentId, size: u64, _kind: SegmentKind) -> Option<u64> {
-        let base = match self.expected.take() {
-            Some(base) if !self.overlaps(base, base.saturating_add(size)) => base,
-            _ => {
-                let base = self.fallback;
-                self.fallback += size.next_multiple_of(1 << 21);
-                base
-            }
+        let modelled = match self.expected.take() {
+            Some(base) => Some(base).filter(|&b| !self.overlaps(b, b.saturating_add(size))),
+            None if self.ranges.contains(&id) => None,
+            None => self.cuda.as_mut().and_then(|driver| driver.allocate(size)),
         };
+        let base = modelled.unwrap_or_else(|| {
+            let base = self.fallback;
+            self.fallback += size.next_multiple_of(1 << 21);
+            base
+        });
         self.live.insert(base, base + size);
         self.base_of.insert(id, base);
         Some(base)

@@ -5,10 +5,11 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::cuda_addresses::CudaAddressModel;
 use super::observe::{Observed, ReplayObserver};
 use super::oracle::{OracleCheck, OracleReport, OracleSegments, Outcome, explain};
 use super::{Trace, TraceOp};
-use crate::config::Config;
+use crate::config::{Config, Policy};
 use crate::engine::{AllocError, BlockId, Engine, EngineLimits, VirtualSegments};
 
 /// What a replay measured. Serialized as `wgpool replay --json` prints it.
@@ -100,6 +101,12 @@ pub struct ReplayOptions {
     pub oracle: bool,
     /// Report the statistics as `torch.cuda.memory_stats()` does.
     pub stats: bool,
+    /// Under `policy:pytorch` without [`oracle`](ReplayOptions::oracle): give each new
+    /// segment the address the CUDA driver would have given it
+    /// ([`CudaAddressModel`](super::CudaAddressModel)), so that ties between equal free
+    /// blocks break as in PyTorch. On by default; off, segments take consecutive addresses
+    /// in the order they are created.
+    pub cuda_addresses: bool,
 }
 
 impl Default for ReplayOptions {
@@ -110,6 +117,7 @@ impl Default for ReplayOptions {
             min_timed_runs: 5,
             oracle: false,
             stats: false,
+            cuda_addresses: true,
         }
     }
 }
@@ -144,6 +152,12 @@ impl ReplayOptions {
         self.stats = stats;
         self
     }
+
+    /// These options, placing `policy:pytorch`'s segments at modelled CUDA addresses or not.
+    pub fn with_cuda_addresses(mut self, cuda_addresses: bool) -> Self {
+        self.cuda_addresses = cuda_addresses;
+        self
+    }
 }
 
 struct RunResult {
@@ -151,6 +165,19 @@ struct RunResult {
     peak_live: u64,
     elapsed_ns: u128,
     oracle: Option<OracleCheck>,
+}
+
+/// Tells `source` that the trace created a stream when it uses `stream` for the first time.
+/// Streams are numbered in the order the trace first uses them (`seen` so far); the first is
+/// the default stream, and each later one is created just before its first use, as PyTorch's
+/// replay (tools/oracle/replay_torch.py) does.
+fn note_stream(stream: u32, seen: &mut u32, source: &mut OracleSegments) {
+    if stream >= *seen {
+        if stream > 0 {
+            source.create_stream();
+        }
+        *seen = stream + 1;
+    }
 }
 
 /// Replays the first `stop` operations (all of them for `None`).
@@ -169,11 +196,13 @@ fn run_once<O: ReplayObserver>(
     let mut engine = Engine::new(config.clone(), limits).map_err(|e| e.to_string())?;
     // Free pieces of split segments add records beyond the live blocks.
     engine.reserve_blocks(2 * trace.slots + 64);
-    let mut device = Observed {
-        source: OracleSegments::new(virtual_device),
-        observer,
-    };
+    let mut source = OracleSegments::new(virtual_device);
+    if options.cuda_addresses && !options.oracle && config.policy == Policy::Pytorch {
+        source = source.with_cuda_addresses(CudaAddressModel::new());
+    }
+    let mut device = Observed { source, observer };
     let mut check = options.oracle.then(OracleCheck::default);
+    let mut streams_seen: u32 = 0;
     let mut slots: Vec<Option<(BlockId, u64, u32)>> = vec![None; trace.slots];
     let mut live: u64 = 0;
     let mut peak_live: u64 = 0;
@@ -187,6 +216,7 @@ fn run_once<O: ReplayObserver>(
                 if size == 0 {
                     continue;
                 }
+                note_stream(stream, &mut streams_seen, &mut device.source);
                 if O::ACTIVE {
                     device.observer.before_alloc(i, size, stream);
                 }
@@ -219,6 +249,7 @@ fn run_once<O: ReplayObserver>(
                 if size == 0 {
                     continue;
                 }
+                note_stream(stream, &mut streams_seen, &mut device.source);
                 device.source.expect(None);
                 let result = engine.allocate(size, stream, &mut device);
                 if let Some(check) = check.as_mut() {

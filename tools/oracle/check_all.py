@@ -10,8 +10,10 @@ as tools/oracle/run_h200.py writes them. For every pair it runs
           [--device-memory-mb 143156]
 
 and prints, per pair, the oracle's divergences, the memory_stats keys that differ from
-PyTorch's `torch.cuda.memory_stats()`, and the peak reserved of a plain replay of the original
-trace (no --oracle) against PyTorch's. The exit status is 1 when any pair differs.
+PyTorch's `torch.cuda.memory_stats()`, and a plain replay of the original trace (no --oracle:
+segments at the addresses wgpool's model of the CUDA driver gives them) against PyTorch: peak
+reserved, segments, retries, OOMs and the memory_stats keys that differ. --plain runs only the
+plain replay. The exit status is 1 when any pair differs.
 """
 
 import json
@@ -78,7 +80,8 @@ def main():
         if result.get("memory_fraction") is not None:
             device_mb = result["device_total_bytes"]
         torch_peak = torch_stats["reserved_bytes.all.peak"]
-        plain, err = run(binary, os.path.join(root, "traces", trace + ".csv"), conf, device_mb, [])
+        plain, err = run(binary, os.path.join(root, "traces", trace + ".csv"), conf, device_mb,
+                         ["--stats"])
         if plain is None:
             print(f"{name:40} plain replay failed: {err}")
             failures += 1
@@ -89,7 +92,10 @@ def main():
                 f" segs {plain['segments_created']}/{torch_stats['num_device_alloc']}"
                 f" retries {plain['num_alloc_retries']}/{torch_stats['num_alloc_retries']}"
                 f" ooms {plain['num_ooms']}/{torch_stats['num_ooms']}")
-        bad = ours != torch_peak
+        plain_differing = sorted(k for k in torch_stats
+                                 if plain["memory_stats"].get(k) != torch_stats[k])
+        line += f" plain stats {len(plain_differing)} keys differ"
+        bad = ours != torch_peak or bool(plain_differing)
         if not plain_only:
             oracle, err = run(binary, os.path.join(results, name + ".csv"), conf, device_mb,
                               ["--oracle", "--stats"])
