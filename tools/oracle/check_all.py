@@ -54,17 +54,23 @@ def run(binary, path, conf, device_bytes, extra):
     return json.loads(done.stdout), None
 
 
-def main():
-    args = sys.argv[1:]
+def parse_args(args):
+    """(wgpool binary, --only substring or None, positional arguments) of the oracle tools."""
     binary = "target/release/wgpool"
     only = None
-    plain_only = "--plain" in args
     if "--wgpool" in args:
         binary = args[args.index("--wgpool") + 1]
     if "--only" in args:
         only = args[args.index("--only") + 1]
     positional = [a for i, a in enumerate(args)
                   if not a.startswith("--") and (i == 0 or args[i - 1] not in ("--wgpool", "--only"))]
+    return binary, only, positional
+
+
+def main():
+    args = sys.argv[1:]
+    plain_only = "--plain" in args
+    binary, only, positional = parse_args(args)
     root = positional[0] if positional else "/work/oracle"
     results = os.path.join(root, "results")
     names = sorted(f[:-5] for f in os.listdir(results) if f.endswith(".json"))

@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_all import wgpool_conf  # noqa: E402
+from check_all import parse_args, wgpool_conf  # noqa: E402
 
 NATIVE = {"default", "mss128", "rp4", "rplist", "gc_cap", "cap", "mixed_cap"}
 
@@ -74,15 +74,7 @@ def sequence(binary, results, name):
 
 
 def main():
-    args = sys.argv[1:]
-    binary = "target/release/wgpool"
-    only = None
-    if "--wgpool" in args:
-        binary = args[args.index("--wgpool") + 1]
-    if "--only" in args:
-        only = args[args.index("--only") + 1]
-    positional = [a for i, a in enumerate(args)
-                  if not a.startswith("--") and (i == 0 or args[i - 1] not in ("--wgpool", "--only"))]
+    binary, only, positional = parse_args(sys.argv[1:])
     root, out_dir = (positional if len(positional) == 2 else ["/work/oracle"] + positional)
     results = os.path.join(root, "results")
     os.makedirs(out_dir, exist_ok=True)
