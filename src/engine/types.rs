@@ -21,7 +21,9 @@ pub struct BlockId {
 }
 
 /// How the engine gets memory: fixed segments, or pages mapped into address ranges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Serialized as `segments` or `pages`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum MemoryMode {
     /// Each segment is one device allocation of fixed size (a wgpu buffer).
     Segments,
@@ -36,6 +38,12 @@ impl MemoryMode {
             MemoryMode::Segments => "segments",
             MemoryMode::Pages => "pages",
         }
+    }
+}
+
+impl std::fmt::Display for MemoryMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

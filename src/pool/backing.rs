@@ -8,39 +8,12 @@ use serde::Serialize;
 use super::error::PoolError;
 use super::segment_buffers::SegmentBuffers;
 use crate::config::{Config, ExpandableSegments};
-use crate::engine::{PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError};
+use crate::engine::{
+    MemoryMode, PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError,
+};
 use crate::format::bytes;
 use crate::gpu::sparse::{ChunkPolicy, PagedMemory, sparse_device};
 use crate::history::{Action, EventLog, now_us};
-
-/// How a pool holds device memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum MemoryMode {
-    /// Physical pages mapped into large address ranges (Vulkan sparse binding), where
-    /// blocks live: a block may lie anywhere in a range, and idle pages are unmapped and
-    /// reused (PyTorch's `expandable_segments`).
-    Pages,
-    /// Fixed segments: one buffer per segment, created and destroyed whole.
-    Segments,
-}
-
-impl MemoryMode {
-    /// `pages` or `segments`, as reports print it.
-    pub fn name(self) -> &'static str {
-        match self {
-            MemoryMode::Pages => "pages",
-            MemoryMode::Segments => "segments",
-        }
-    }
-}
-
-impl std::fmt::Display for MemoryMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Device memory a pool holds and what holding it cost in the driver, as the memory layer
 /// (not the engine) counts it.
@@ -90,12 +63,18 @@ enum Wanted {
 fn wanted(config: &Config) -> Wanted {
     match config.expandable() {
         ExpandableSegments::True => Wanted::Required,
-        // The engine's default (`auto`) maps pages where the source can. Device pools keep
-        // fixed segments under `auto` until the page-mapped backing becomes their default;
-        // `Wanted::Preferred` is what `auto` will mean then.
-        ExpandableSegments::Auto => Wanted::Never,
+        ExpandableSegments::Auto => Wanted::Preferred,
         ExpandableSegments::False => Wanted::Never,
     }
+}
+
+/// Fixed segment buffers of `usage`.
+pub(crate) fn segments(device: &wgpu::Device, usage: wgpu::BufferUsages, label: &str) -> Backing {
+    Backing::new(Source::Segments(SegmentBuffers::new(
+        device.clone(),
+        usage,
+        label.into(),
+    )))
 }
 
 /// The backing a new pool gets, and why: pages where the configuration allows and the device
@@ -108,13 +87,7 @@ pub(crate) fn choose(
     usage: wgpu::BufferUsages,
     label: &str,
 ) -> Result<(Backing, String), PoolError> {
-    let segments = || {
-        Backing::new(Source::Segments(SegmentBuffers::new(
-            device.clone(),
-            usage,
-            label.into(),
-        )))
-    };
+    let segments = || segments(device, usage, label);
     let want = wanted(config);
     if want == Wanted::Never {
         return Ok((segments(), "expandable_segments:False".to_string()));

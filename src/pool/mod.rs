@@ -54,7 +54,8 @@ mod submission;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub use backing::{DeviceMemoryUsage, MemoryMode};
+pub use crate::engine::MemoryMode;
+pub use backing::DeviceMemoryUsage;
 pub use binding::{BindingAccess, BlockBindings};
 pub use block::Block;
 pub use error::{BindingError, MoveError, PoolError, ReadWriteError};
@@ -165,12 +166,21 @@ impl Pool {
             .or_else(|| device_memory::device_local_bytes(device));
         let (mut memory, mode_reason) =
             backing::choose(device, queue, &config, usage, &options.label)?;
+        let mut mode_reason = mode_reason;
         let engine_limits = EngineLimits::unlimited()
             .with_device_memory(device_memory)
             .with_max_segment_size(limits.max_buffer_size)
             .with_page_mapping(memory.page_mapping());
         let reuse = ReuseCache::new(config.max_split_size.unwrap_or(u64::MAX));
         let engine = Engine::new(config, engine_limits).map_err(PoolError::Config)?;
+        if engine.memory_mode() == MemoryMode::Segments && memory.mode() == MemoryMode::Pages {
+            // The engine keeps fixed segments where it does not cache (caching:passthrough).
+            memory = backing::segments(device, usage, &options.label);
+            mode_reason = format!(
+                "the engine keeps fixed segments under caching:{}",
+                engine.config().backend.name()
+            );
+        }
         memory.set_limit(engine.memory_cap());
         Ok(Pool {
             shared: Arc::new(PoolShared {
