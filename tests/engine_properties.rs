@@ -1882,7 +1882,10 @@ fn caps_cut_new_segments_to_fit_under_the_default_policy() {
     )
     .unwrap();
     let error = pytorch.allocate(8 * MIB, 0, &mut device).unwrap_err();
-    assert!(error.to_string().contains("large_segment_size_mb"), "{error}");
+    assert!(
+        error.to_string().contains("large_segment_size_mb"),
+        "{error}"
+    );
 
     let mut engine = Engine::new(
         Config::parse("expandable_segments:False,memory_limit_mb:20").unwrap(),

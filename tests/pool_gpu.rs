@@ -165,7 +165,7 @@ fn empty_cache_destroys_unused_segments() {
     let gpu = common::own(|| {
         GpuContext::headless(&HeadlessOptions::default()).expect("the shared device's adapter")
     });
-    let pool = pool(&gpu, "");
+    let pool = pool(&gpu, "expandable_segments:False");
     let keep = pool.alloc(3 << 20).unwrap();
     let cached: Vec<Block> = (0..4).map(|_| pool.alloc(24 << 20).unwrap()).collect();
     let reserved_before = pool.memory_stats().reserved_bytes.all.current;
@@ -279,7 +279,7 @@ fn many_threads_allocate_and_free_concurrently() {
 #[test]
 fn bad_requests_are_clear_errors() {
     let gpu = common::gpu();
-    let pool = pool(gpu, "");
+    let pool = pool(gpu, "expandable_segments:False");
     assert_eq!(pool.alloc(0).unwrap_err(), AllocError::ZeroSize);
     let max = gpu.limits().max_buffer_size;
     let error = pool.alloc(max + 1).unwrap_err();
@@ -704,7 +704,7 @@ fn read_on_a_pool_without_copy_src_is_a_typed_error() {
 #[test]
 fn too_large_means_above_the_largest_block() {
     let gpu = common::gpu();
-    let pool = pool(gpu, "");
+    let pool = pool(gpu, "expandable_segments:False");
     let max_buffer_size = gpu.limits().max_buffer_size;
     let largest = max_buffer_size / 512 * 512;
     for size in [max_buffer_size, largest + 1, u64::MAX] {
@@ -731,7 +731,13 @@ fn a_validation_error_from_segment_creation_comes_back_as_itself() {
     // BLAS_INPUT needs a ray-tracing feature this device lacks: create_buffer refuses it.
     let options = PoolOptions::default()
         .with_usage(wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::BLAS_INPUT);
-    let pool = Pool::with_options(gpu.device(), gpu.queue(), Config::default(), options).unwrap();
+    let pool = Pool::with_options(
+        gpu.device(),
+        gpu.queue(),
+        Config::parse("expandable_segments:False").unwrap(),
+        options,
+    )
+    .unwrap();
     let error = pool.alloc(4096).unwrap_err();
     let AllocError::Source(source) = &error else {
         panic!("expected the source's own error, got {error}")

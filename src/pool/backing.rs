@@ -8,9 +8,7 @@ use serde::Serialize;
 use super::error::PoolError;
 use super::segment_buffers::SegmentBuffers;
 use crate::config::{Config, ExpandableSegments};
-use crate::engine::{
-    MemoryMode, PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError,
-};
+use crate::engine::{MemoryMode, PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError};
 use crate::format::bytes;
 use crate::gpu::sparse::{ChunkPolicy, PagedMemory, sparse_device};
 use crate::history::{Action, EventLog, now_us};

@@ -189,7 +189,8 @@ impl PlacementPolicy for CompactPolicy {
                     // ... and a small request that gets no small segment takes free room in
                     // a large segment before it fails (or spills to host memory).
                     let large = SegmentKind::Large.index();
-                    if let Some(key) = state.free_index[large].best_fit(request.stream, request.rounded)
+                    if let Some(key) =
+                        state.free_index[large].best_fit(request.stream, request.rounded)
                     {
                         state.free_index[large].remove(&key);
                         return Ok(key.block);
