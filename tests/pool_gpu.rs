@@ -12,8 +12,8 @@ use wgpool::gpu::transfer::{read_region, write_region};
 use wgpool::gpu::{GpuContext, HeadlessOptions};
 use wgpool::kernels::{Dtype, KernelCall, Kernels, pattern_word};
 use wgpool::pool::{
-    BindingAccess, BindingError, Block, BlockBindings, FreeTiming, Pool, PoolError, PoolOptions,
-    ReadWriteError,
+    BindingAccess, BindingError, Block, BlockBindings, FreeTiming, MemoryMode, Pool, PoolError,
+    PoolOptions, ReadWriteError,
 };
 
 fn pool(gpu: &GpuContext, conf: &str) -> Pool {
@@ -719,10 +719,10 @@ fn too_large_means_above_the_largest_block() {
     pool.check_consistency().unwrap();
 }
 
-/// Issue 14: a validation error from segment creation is not an out-of-memory. It comes back
-/// as itself, with wgpu's error as its source, and no cache is released for it.
-#[test]
-fn a_validation_error_from_segment_creation_comes_back_as_itself() {
+/// A pool of `STORAGE | BLAS_INPUT` under `conf`, on a device without ray tracing: wgpu
+/// refuses that usage. The refusal must come back from `alloc` as the source's own error,
+/// with wgpu's validation error as its source, and no cache is released for it.
+fn refused_usage_comes_back_as_itself(conf: &str, mode: MemoryMode) {
     let gpu = common::gpu();
     assert!(
         !gpu.features()
@@ -734,25 +734,45 @@ fn a_validation_error_from_segment_creation_comes_back_as_itself() {
     let pool = Pool::with_options(
         gpu.device(),
         gpu.queue(),
-        Config::parse("expandable_segments:False").unwrap(),
+        Config::parse(conf).unwrap(),
         options,
     )
     .unwrap();
-    let error = pool.alloc(4096).unwrap_err();
-    let AllocError::Source(source) = &error else {
-        panic!("expected the source's own error, got {error}")
-    };
-    assert!(!source.is_out_of_memory());
-    let caught = std::error::Error::source(source)
-        .and_then(|inner| inner.downcast_ref::<wgpool::gpu::scope::CaughtError>())
-        .expect("wgpu's error is kept as the source");
-    assert!(
-        matches!(caught, wgpool::gpu::scope::CaughtError::Validation(_)),
-        "{caught}"
-    );
+    assert_eq!(pool.memory_mode(), mode);
+    // Refused every time, not only the first.
+    for _ in 0..2 {
+        let error = pool.alloc(4096).unwrap_err();
+        let AllocError::Source(source) = &error else {
+            panic!("expected the source's own error, got {error}")
+        };
+        assert!(!source.is_out_of_memory());
+        let caught = std::error::Error::source(source)
+            .and_then(|inner| inner.downcast_ref::<wgpool::gpu::scope::CaughtError>())
+            .expect("wgpu's error is kept as the source");
+        assert!(
+            matches!(caught, wgpool::gpu::scope::CaughtError::Validation(_)),
+            "{caught}"
+        );
+    }
     let stats = pool.memory_stats();
     assert_eq!((stats.num_ooms, stats.num_alloc_retries), (0, 0));
+    assert_eq!(pool.memory_reserved(), 0);
+    assert_eq!(pool.device_memory_usage().device_bytes, 0);
     pool.check_consistency().unwrap();
+}
+
+/// Issue 14: a validation error from segment creation is not an out-of-memory. It comes back
+/// as itself, with wgpu's error as its source, and no cache is released for it.
+#[test]
+fn a_validation_error_from_segment_creation_comes_back_as_itself() {
+    refused_usage_comes_back_as_itself("expandable_segments:False", MemoryMode::Segments);
+}
+
+/// The same in pages mode: wgpu does not validate the usages of the Vulkan buffers it wraps,
+/// so the pool asks it before the first range (it once accepted the request).
+#[test]
+fn a_validation_error_from_range_creation_comes_back_as_itself() {
+    refused_usage_comes_back_as_itself("expandable_segments:True", MemoryMode::Pages);
 }
 
 /// Issue 13, item 6: under a 16 MiB cap an 8 MiB request needs a 20 MiB segment; the message

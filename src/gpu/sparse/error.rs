@@ -2,6 +2,8 @@
 
 use ash::vk;
 
+use crate::gpu::scope::CaughtError;
+
 /// Why a device could not be opened with page mapping, or a page operation failed.
 ///
 /// Every variant keeps the Vulkan result or wgpu error it came from.
@@ -52,6 +54,11 @@ pub enum SparseError {
     /// wgpu refused the device made from the Vulkan device.
     #[error("wgpu refused the device: {0}")]
     RequestDevice(#[source] wgpu::RequestDeviceError),
+    /// wgpu refused a range's buffer: a usage the device does not support (say `BLAS_INPUT`
+    /// without ray tracing), or an error while wrapping the Vulkan buffer. wgpu's own error
+    /// is the source.
+    #[error("wgpu refused the range's buffer: {0}")]
+    Gpu(#[source] CaughtError),
     /// A page operation named a range, offset or size that is not valid.
     #[error("invalid page operation: {0}")]
     Invalid(String),
@@ -68,6 +75,7 @@ impl SparseError {
     pub fn is_out_of_memory(&self) -> bool {
         match self {
             SparseError::OutOfMemory { .. } | SparseError::AddressSpace { .. } => true,
+            SparseError::Gpu(caught) => matches!(caught, CaughtError::OutOfMemory(_)),
             SparseError::Vulkan { result, .. } => matches!(
                 *result,
                 vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY

@@ -10,7 +10,7 @@ use super::chunks::{ChunkCounters, ChunkPolicy, Chunks, PhysicalRun};
 use super::device::SparseDevice;
 use super::error::SparseError;
 use super::open::{NoPageMapping, sparse_device};
-use super::range::SparseRange;
+use super::range::{SparseRange, check_usage};
 
 /// Counters of driver work, for `driver_time_s` and the bind statistics.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -98,6 +98,8 @@ pub struct PagedMemory {
     counters: PagedCounters,
     /// Held memory as the engine counts it (see the `SegmentSource` impl).
     pub(super) engine_held: u64,
+    /// Whether wgpu accepted buffers of `usage` (checked before the first range).
+    usage_checked: bool,
 }
 
 impl PagedMemory {
@@ -125,6 +127,7 @@ impl PagedMemory {
             range_bytes: 0,
             counters: PagedCounters::default(),
             engine_held: 0,
+            usage_checked: false,
         })
     }
 
@@ -164,12 +167,23 @@ impl PagedMemory {
 
     /// Reserves range `id` of `size` bytes (a multiple of the page size) with no page
     /// mapped. `id` must not be live.
+    ///
+    /// Before the first range, wgpu is asked whether it accepts buffers of the pool's usage
+    /// (it does not check the usages of buffers wrapped from Vulkan): a usage it refuses is
+    /// [`SparseError::Gpu`] with wgpu's validation error, on every call until one succeeds.
     pub fn reserve_range(&mut self, id: u32, size: u64) -> Result<(), SparseError> {
         let slot = id as usize;
         if self.ranges.get(slot).is_some_and(Option::is_some) {
             return Err(SparseError::Invalid(format!(
                 "range {id} is already reserved"
             )));
+        }
+        if !self.usage_checked {
+            let start = Instant::now();
+            let checked = check_usage(&self.device, self.usage, self.page_size());
+            self.counters.range_time += start.elapsed();
+            checked?;
+            self.usage_checked = true;
         }
         let facts = self.sparse.facts();
         let reserved = self.sparse.inner.reserve_address_space(size);

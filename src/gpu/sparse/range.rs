@@ -8,6 +8,7 @@ use wgpu::hal::api::Vulkan;
 
 use super::device::SparseDevice;
 use super::error::SparseError;
+use crate::gpu::scope::catch;
 
 /// A sparse buffer and its wgpu wrapper. Pages are bound into it by the pool; reading or
 /// writing an unbound page is undefined (never done by the pool: blocks lie on mapped pages).
@@ -118,7 +119,11 @@ impl SparseRange {
             device: raw_device.clone(),
             raw,
         });
-        let buffer = wrap(&raw, device, size, usage, label);
+        // Errors wgpu raises while wrapping (its own bind groups for indirect validation and
+        // timestamp normalization) come back as errors, not to the uncaptured handler. On
+        // failure the invalid wrapper drops its hold on `raw`, and `raw` destroys the buffer.
+        let buffer =
+            catch(device, || wrap(&raw, device, size, usage, label)).map_err(SparseError::Gpu)?;
         Ok(SparseRange {
             raw,
             size,
@@ -162,6 +167,31 @@ impl Drop for SparseRange {
             alias.destroy();
         }
     }
+}
+
+/// Whether wgpu accepts buffers of `usage` on `device`, as `create_buffer` judges them.
+///
+/// A range's buffer reaches wgpu through `create_buffer_from_hal`, which does not validate
+/// usages: a usage that needs a feature the device lacks (`BLAS_INPUT` without ray tracing)
+/// would be accepted there and fail later. So a buffer of `size` bytes (one page) with the
+/// same usage is created under error scopes and destroyed at once; wgpu's refusal comes back
+/// as [`SparseError::Gpu`] with wgpu's error inside.
+pub(crate) fn check_usage(
+    device: &wgpu::Device,
+    usage: wgpu::BufferUsages,
+    size: u64,
+) -> Result<(), SparseError> {
+    let probe = catch(device, || {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("wgpool range usage check"),
+            size,
+            usage,
+            mapped_at_creation: false,
+        })
+    })
+    .map_err(SparseError::Gpu)?;
+    probe.destroy();
+    Ok(())
 }
 
 /// The Vulkan usages a range needs for wgpu `usage`, including what wgpu adds internally

@@ -9,13 +9,29 @@ use super::error::SparseError;
 use super::paged::PagedMemory;
 
 impl From<SparseError> for SourceError {
+    /// Out-of-memory errors (memory, address space) go down the engine's retry chain; others
+    /// do not. An error wgpu raised comes back as wgpu's own [`CaughtError`], as it does
+    /// from a segment buffer, so that callers see the same error in both memory modes.
+    ///
+    /// [`CaughtError`]: crate::gpu::scope::CaughtError
     fn from(error: SparseError) -> SourceError {
+        if let SparseError::Gpu(caught) = error {
+            return if error_is_oom(&caught) {
+                SourceError::out_of_memory(caught)
+            } else {
+                SourceError::other(caught)
+            };
+        }
         if error.is_out_of_memory() {
             SourceError::out_of_memory(error)
         } else {
             SourceError::other(error)
         }
     }
+}
+
+fn error_is_oom(caught: &crate::gpu::scope::CaughtError) -> bool {
+    matches!(caught, crate::gpu::scope::CaughtError::OutOfMemory(_))
 }
 
 fn runs_of(ranges: &[Range<u64>]) -> Vec<(u64, u64)> {
