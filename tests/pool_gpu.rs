@@ -7,7 +7,8 @@
 mod common;
 
 use wgpool::config::Config;
-use wgpool::engine::AllocError;
+use wgpool::engine::{AllocError, SizeLimit};
+use wgpool::gpu::sparse::{ChunkPolicy, PagedMemory};
 use wgpool::gpu::transfer::{read_region, write_region};
 use wgpool::gpu::{GpuContext, HeadlessOptions};
 use wgpool::kernels::{Dtype, KernelCall, Kernels, pattern_word};
@@ -210,6 +211,67 @@ fn empty_cache_destroys_unused_segments() {
     pool.check_consistency().unwrap();
 }
 
+/// In pages mode freed blocks keep their pages mapped (the cache); `empty_cache` unmaps every
+/// idle page and frees the device memory behind it, while live blocks keep their pages and
+/// their bytes.
+#[test]
+fn empty_cache_frees_idle_pages_in_pages_mode() {
+    let gpu = common::gpu();
+    let pool = pool(gpu, "expandable_segments:True");
+    assert_eq!(pool.memory_mode(), MemoryMode::Pages);
+    let keep = pool.alloc(3 << 20).unwrap();
+    let kept = pattern(9, 3 << 20);
+    pool.write(&keep, &kept).unwrap();
+    let cached: Vec<Block> = (0..4).map(|_| pool.alloc(24 << 20).unwrap()).collect();
+    for (seed, block) in cached.iter().enumerate() {
+        pool.write(block, &pattern(seed as u32 + 20, 1 << 20))
+            .unwrap();
+    }
+    let reserved_before = pool.memory_reserved();
+    let device_before = pool.device_memory_usage().device_bytes;
+    assert!(device_before >= (3 << 20) + 4 * (24 << 20));
+    drop(cached);
+    assert_eq!(
+        pool.memory_reserved(),
+        reserved_before,
+        "freed blocks stay mapped"
+    );
+    assert_eq!(pool.device_memory_usage().device_bytes, device_before);
+    pool.empty_cache();
+    let usage = pool.device_memory_usage();
+    let reserved = pool.memory_reserved();
+    assert!(
+        device_before - usage.device_bytes >= 4 * (24 << 20),
+        "the cached blocks' memory went back to the device: {} of {device_before} left",
+        usage.device_bytes
+    );
+    assert!((3 << 20..4 << 20).contains(&reserved), "{reserved}");
+    assert_eq!(usage.device_bytes, reserved, "nothing idle is held");
+    assert_eq!(pool.memory_stats().reserved_bytes.all.current, reserved);
+    assert_eq!(
+        pool.read(&keep).unwrap(),
+        kept,
+        "the live block keeps its bytes"
+    );
+    // The live block still works with kernels.
+    let kernels = Kernels::new(gpu.device(), gpu.queue());
+    kernels
+        .run(&KernelCall::fill(keep.operand(), 0x0BAD_F00D))
+        .unwrap();
+    assert!(
+        words(&pool.read(&keep).unwrap())
+            .iter()
+            .all(|&w| w == 0x0BAD_F00D)
+    );
+    drop(keep);
+    // The fill named the block and was submitted by `Kernels::run`: say so, then it is free.
+    pool.mark_submitted();
+    pool.empty_cache();
+    assert_eq!(pool.memory_reserved(), 0);
+    assert_eq!(pool.device_memory_usage().device_bytes, 0);
+    pool.check_consistency().unwrap();
+}
+
 #[test]
 fn many_threads_allocate_and_free_concurrently() {
     let gpu = common::gpu();
@@ -276,15 +338,19 @@ fn many_threads_allocate_and_free_concurrently() {
     assert_eq!(pool.memory_stats().allocated_bytes.all.current, 0);
 }
 
-#[test]
-fn bad_requests_are_clear_errors() {
+/// Bad requests under `conf`: zero bytes, above the largest block (whose message names where
+/// that limit comes from), windows of a block over the binding limit, a write that does not
+/// fit, mappable usages, and a fraction cap.
+fn bad_requests_are_clear_errors_in(conf: &str, mode: MemoryMode, limit_named: &str) {
     let gpu = common::gpu();
-    let pool = pool(gpu, "expandable_segments:False");
+    let pool = pool(gpu, conf);
+    assert_eq!(pool.memory_mode(), mode);
     assert_eq!(pool.alloc(0).unwrap_err(), AllocError::ZeroSize);
-    let max = gpu.limits().max_buffer_size;
-    let error = pool.alloc(max + 1).unwrap_err();
+    let error = pool.alloc(pool.max_block_size() + 1).unwrap_err();
     assert!(matches!(error, AllocError::TooLarge { .. }), "{error}");
-    assert!(error.to_string().contains("max_buffer_size"), "{error}");
+    assert!(error.to_string().contains(limit_named), "{error}");
+    let error = pool.alloc(gpu.limits().max_buffer_size + 1).unwrap_err();
+    assert!(matches!(error, AllocError::TooLarge { .. }), "{error}");
     // A block over the storage binding limit is served, but refuses to be one binding.
     let limit = gpu.limits().max_storage_buffer_binding_size;
     let big = pool.alloc(limit + 4096).unwrap();
@@ -305,18 +371,44 @@ fn bad_requests_are_clear_errors() {
         .write(&big, &vec![0; big.size() as usize + 1])
         .unwrap_err();
     assert!(error.to_string().contains("do not fit a block"), "{error}");
+    drop(big);
+    pool.check_consistency().unwrap();
     // Mappable usages belong to the staging pool.
     let options = PoolOptions::default()
         .with_usage(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
-    let refused = Pool::with_options(gpu.device(), gpu.queue(), Config::default(), options);
+    let refused = Pool::with_options(
+        gpu.device(),
+        gpu.queue(),
+        Config::parse(conf).unwrap(),
+        options,
+    );
     assert!(matches!(refused, Err(PoolError::Usage { .. })));
     // A fraction needs the device size; lavapipe reports it through Vulkan, so this works.
     let fraction = Pool::from_context(
         gpu,
-        Config::parse("per_process_memory_fraction:0.5").unwrap(),
+        Config::parse(&format!("{conf},per_process_memory_fraction:0.5")).unwrap(),
     )
     .unwrap();
     assert!(fraction.memory_cap().is_some());
+    assert_eq!(fraction.memory_mode(), mode);
+}
+
+#[test]
+fn bad_requests_are_clear_errors() {
+    bad_requests_are_clear_errors_in(
+        "expandable_segments:False",
+        MemoryMode::Segments,
+        "max_buffer_size",
+    );
+}
+
+#[test]
+fn bad_requests_are_clear_errors_in_pages_mode() {
+    bad_requests_are_clear_errors_in(
+        "expandable_segments:True",
+        MemoryMode::Pages,
+        "the largest address range the device can reserve for pages",
+    );
 }
 
 #[test]
@@ -700,22 +792,98 @@ fn read_on_a_pool_without_copy_src_is_a_typed_error() {
     );
 }
 
-/// Issue 15, F9: TooLarge means larger than the largest block the pool can serve.
+/// Issue 15, F9: TooLarge means larger than the largest block the pool can serve, which the
+/// pool reports (`max_block_size`): `max_buffer_size` for segments, the largest address range
+/// for pages; a request of exactly that size is not TooLarge.
+fn too_large_means_above_the_largest_block_in(conf: &str, limit: SizeLimit) -> Pool {
+    let gpu = common::gpu();
+    let pool = pool(gpu, conf);
+    let largest = pool.max_block_size();
+    assert_eq!(largest % 512, 0);
+    assert!(largest <= gpu.limits().max_buffer_size);
+    for size in [largest + 1, gpu.limits().max_buffer_size + 1, u64::MAX] {
+        let error = pool.alloc(size).unwrap_err();
+        let AllocError::TooLarge {
+            requested,
+            max,
+            limit: named,
+        } = error
+        else {
+            panic!("{size} bytes should be too large, got {error}")
+        };
+        assert_eq!((requested, max, named), (size, largest, limit));
+    }
+    pool.check_consistency().unwrap();
+    pool
+}
+
 #[test]
 fn too_large_means_above_the_largest_block() {
+    let pool =
+        too_large_means_above_the_largest_block_in("expandable_segments:False", SizeLimit::Source);
+    let max_buffer_size = common::gpu().limits().max_buffer_size;
+    assert_eq!(pool.max_block_size(), max_buffer_size / 512 * 512);
+}
+
+/// In pages mode the largest block is the largest range the device can reserve: its largest
+/// buffer within its sparse address space (lavapipe: 2 GiB - 4 KiB), rounded to the page.
+#[test]
+fn too_large_in_pages_mode_names_the_range_limit() {
+    let pool =
+        too_large_means_above_the_largest_block_in("expandable_segments:True", SizeLimit::Range);
     let gpu = common::gpu();
-    let pool = pool(gpu, "expandable_segments:False");
-    let max_buffer_size = gpu.limits().max_buffer_size;
-    let largest = max_buffer_size / 512 * 512;
-    for size in [max_buffer_size, largest + 1, u64::MAX] {
-        if size <= largest {
-            continue;
-        }
-        let AllocError::TooLarge { requested, max, .. } = pool.alloc(size).unwrap_err() else {
-            panic!("{size} bytes should be too large")
-        };
-        assert_eq!((requested, max), (size, largest));
-    }
+    let facts = gpu.page_mapping().unwrap().facts();
+    let device_largest = facts
+        .max_range_size
+        .min(facts.address_space)
+        .min(gpu.limits().max_buffer_size);
+    let largest = pool.max_block_size();
+    assert!(largest <= device_largest);
+    // Within one large page (512 KiB with the default policy) of the device's largest range.
+    assert!(
+        largest + (512 << 10) > device_largest,
+        "{largest} {facts:?}"
+    );
+}
+
+/// A block larger than the usual range (lavapipe: 64 MiB) gets a range of its own size, its
+/// bytes at both ends are its own, and its pages go back to the device when it is freed.
+#[test]
+fn a_block_larger_than_a_range_gets_a_range_of_its_own() {
+    let gpu = common::gpu();
+    let pool = pool(gpu, "expandable_segments:True");
+    let range = PagedMemory::new(
+        gpu.device(),
+        gpu.queue(),
+        pool.usage(),
+        "probe",
+        ChunkPolicy::default(),
+    )
+    .unwrap()
+    .range_size();
+    let small = pool.alloc(4096).unwrap();
+    let size = 2 * range + 4096;
+    assert!(size < pool.max_block_size());
+    let big = pool.alloc(size).unwrap();
+    assert_ne!(big.buffer(), small.buffer(), "a range of its own");
+    assert!(big.buffer().size() >= size);
+    let head = pattern(1, 64 << 10);
+    let tail = pattern(2, 64 << 10);
+    pool.write(&big, &head).unwrap();
+    let tail_at = big.offset() + size - tail.len() as u64;
+    write_region(gpu.device(), gpu.queue(), big.buffer(), tail_at, &tail).unwrap();
+    pool.write(&small, &[3; 4096]).unwrap();
+    let read = |at: u64, len: usize| {
+        read_region(gpu.device(), gpu.queue(), big.buffer(), at, len as u64).unwrap()
+    };
+    assert_eq!(read(big.offset(), head.len()), head);
+    assert_eq!(read(tail_at, tail.len()), tail);
+    assert_eq!(pool.read(&small).unwrap(), vec![3; 4096]);
+    drop(big);
+    // Its buffer was used by submitted copies: a submission point frees it.
+    pool.mark_submitted();
+    pool.empty_cache();
+    assert!(pool.device_memory_usage().device_bytes < range);
     pool.check_consistency().unwrap();
 }
 

@@ -238,11 +238,18 @@ fn the_segment_source_holds_unmapped_memory_and_frees_what_the_engine_releases()
     let mapping = memory.page_mapping().unwrap();
     let facts = memory.sparse().facts();
     assert_eq!(mapping.page, facts.page_size);
+    // Usual ranges leave room for many pools; the largest is the device's largest buffer.
+    assert_eq!(mapping.range, memory.range_size());
     assert!(
-        mapping.max_range <= facts.address_space / 4,
+        mapping.range <= facts.address_space / 32,
         "{mapping:?} {facts:?}"
     );
-    assert!(mapping.max_range >= 256 << 20, "{mapping:?}");
+    assert!(mapping.range >= 64 << 20, "{mapping:?}");
+    assert_eq!(mapping.max_range, memory.max_range());
+    assert!(
+        mapping.max_range > facts.max_range_size / 2 && mapping.max_range <= facts.address_space,
+        "{mapping:?} {facts:?}"
+    );
 
     let id = SegmentId(1);
     SegmentSource::reserve_range(&mut memory, id, 4 << 20, SegmentKind::Large).unwrap();
@@ -324,4 +331,53 @@ fn pools_on_a_device_without_sparse_binding_use_fixed_segments() {
     assert_eq!(usage.device_bytes, pool.memory_reserved());
     assert_eq!(usage.allocations, 1);
     assert!(pool.memory_summary().contains("memory mode: segments"));
+}
+
+/// Address space is one per device and shared by its pools. Where a range of the usual size
+/// no longer fits, a pool takes a range of just the request's size; where not even that
+/// fits, the request is an out-of-memory error that names the address space, and it is
+/// served once the space is given back.
+#[test]
+fn pools_take_ranges_of_the_requests_size_when_address_space_is_short() {
+    use wgpool::config::Config;
+    use wgpool::engine::AllocError;
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    use wgpool::pool::{MemoryMode, Pool};
+    // A device of its own: the test fills its address space.
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let ctx = &*own;
+    let facts = ctx.page_mapping().unwrap().facts();
+    let mut hog =
+        PagedMemory::new(ctx.device(), ctx.queue(), USAGE, "hog", small_chunks()).unwrap();
+    // Leave 4 MiB of address space, less than a usual range.
+    let left = 4 << 20;
+    let taken = (facts.address_space - left).min(hog.max_range());
+    hog.reserve_range(0, taken).unwrap();
+    let left = facts.address_space - taken;
+    let pool = Pool::from_context(ctx, Config::default()).unwrap();
+    assert_eq!(pool.memory_mode(), MemoryMode::Pages);
+    let small = pool.alloc(4096).unwrap();
+    let large = pool.alloc(1 << 20).unwrap();
+    pool.write(&small, &[1; 4096]).unwrap();
+    pool.write(&large, &vec![2; 1 << 20]).unwrap();
+    assert_eq!(pool.read(&small).unwrap(), vec![1; 4096]);
+    assert_eq!(pool.read(&large).unwrap(), vec![2; 1 << 20]);
+    // Nothing of the usual size fit: each range is its block's size in whole pages.
+    assert!(small.buffer().size() < 1 << 20, "{}", small.buffer().size());
+    assert_eq!(large.buffer().size(), 1 << 20);
+    assert!(small.buffer().size() + large.buffer().size() <= left);
+    let error = pool.alloc(left).unwrap_err();
+    assert!(matches!(error, AllocError::OutOfMemory(_)), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("sparse address space is exhausted"),
+        "{error}"
+    );
+    hog.release_range(0).unwrap();
+    let served = pool.alloc(left).unwrap();
+    assert_ne!(served.buffer(), large.buffer(), "a new, usual range");
+    assert_eq!(pool.read(&large).unwrap(), vec![2; 1 << 20]);
+    drop((small, large, served));
+    pool.check_consistency().unwrap();
 }

@@ -197,6 +197,19 @@ impl Engine {
         Ok(cap)
     }
 
+    /// The largest request the engine serves: the largest segment the source can create
+    /// (in pages mode, the largest address range it can reserve), rounded down to 512 B.
+    /// [`allocate`](Engine::allocate) refuses anything larger with
+    /// [`AllocError::TooLarge`], whose `max` is this value.
+    pub fn max_block_size(&self) -> u64 {
+        self.state.max_segment_size
+    }
+
+    /// Where [`max_block_size`](Engine::max_block_size) comes from.
+    pub fn max_block_limit(&self) -> SizeLimit {
+        self.state.size_limit
+    }
+
     /// The cap on reserved bytes, if any.
     pub fn memory_cap(&self) -> Option<u64> {
         self.state.cap

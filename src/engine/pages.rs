@@ -62,19 +62,19 @@ pub(crate) struct PageLayout {
 impl PageLayout {
     /// Pages of `small` and `large` bytes (rounded up to the device's page), and ranges of
     /// 9/8 of the device memory where known (room to unmap pages early in a range and map
-    /// them at its end, as PyTorch reserves), else the largest the device allows.
+    /// them at its end, as PyTorch reserves), else the source's range size
+    /// ([`PageMapping::range`]), and never more than it.
     pub fn new(mapping: PageMapping, small: u64, large: u64, device_memory: Option<u64>) -> Self {
         let device_page = mapping.page.max(1);
         let page = [small, large].map(|p| p.max(device_page).div_ceil(device_page) * device_page);
         let ceiling = mapping.max_range.min(MAX_SEGMENT_SIZE);
         let max_range = page.map(|p| (ceiling / p * p).max(p));
+        let preferred = mapping.range.min(ceiling);
         let range_size = [0, 1].map(|kind| {
             let p = page[kind];
-            let wanted = device_memory.map_or(max_range[kind], |d| d.saturating_add(d / 8));
-            wanted
-                .div_ceil(p)
-                .saturating_mul(p)
-                .clamp(p, max_range[kind])
+            let usual = (preferred / p * p).clamp(p, max_range[kind]);
+            let wanted = device_memory.map_or(usual, |d| d.saturating_add(d / 8));
+            wanted.div_ceil(p).saturating_mul(p).clamp(p, usual)
         });
         PageLayout {
             page,
@@ -209,9 +209,9 @@ impl EngineState {
             return Err(NoSegment::Source(SourceError::other("not in pages mode")));
         };
         let page = layout.page[kind.index()];
-        let size = layout.range_size[kind.index()]
-            .max(at_least.div_ceil(page) * page)
-            .min(layout.max_range[kind.index()]);
+        let max_range = layout.max_range[kind.index()];
+        let needed = at_least.div_ceil(page).saturating_mul(page).min(max_range);
+        let usual = layout.range_size[kind.index()].max(needed).min(max_range);
         let slot = self.free_segment_slots.pop().unwrap_or_else(|| {
             self.segments.push(SegmentRecord {
                 size: 0,
@@ -224,7 +224,18 @@ impl EngineState {
             });
             (self.segments.len() - 1) as u32
         });
-        if let Err(error) = source.reserve_range(SegmentId(slot), size, kind) {
+        // Address space is shared with other pools: where a range of the usual size no
+        // longer fits, one of just the request's size may.
+        let mut size = usual;
+        let mut reserved = source.reserve_range(SegmentId(slot), size, kind);
+        if let Err(error) = &reserved
+            && error.is_out_of_memory()
+            && needed < usual
+        {
+            size = needed;
+            reserved = source.reserve_range(SegmentId(slot), size, kind);
+        }
+        if let Err(error) = reserved {
             self.free_segment_slots.push(slot);
             return Err(NoSegment::Source(error));
         }
@@ -593,6 +604,17 @@ mod tests {
         let wanted: u64 = (140 << 30) + (140 << 30) / 8;
         assert_eq!(layout.range_size[0], wanted.div_ceil(2 << 20) * (2 << 20));
         assert_eq!(layout.range_size[1] % (20 << 20), 0);
+        // A source's range size bounds ranges; the largest range stays the device's.
+        let shared = h200.with_range(16 << 30);
+        let layout = PageLayout::new(shared, 2 << 20, 20 << 20, Some(140 << 30));
+        assert_eq!(
+            layout.range_size,
+            [16 << 30, (16 << 30) / (20 << 20) * (20 << 20)]
+        );
+        assert_eq!(
+            layout.max_range,
+            [1 << 40, (1 << 40) / (20 << 20) * (20 << 20)]
+        );
         // A device page larger than asked rounds pages up; no device size: the largest.
         let coarse = PageMapping::new(4 << 20, 1 << 30);
         let layout = PageLayout::new(coarse, 2 << 20, 20 << 20, None);

@@ -87,8 +87,9 @@ pub trait SegmentSource {
     ///
     /// # Errors
     ///
-    /// [`SourceError::out_of_memory`] when no address space is left (the engine releases
-    /// cached memory and retries), [`SourceError::other`] otherwise. The default refuses:
+    /// [`SourceError::out_of_memory`] when no address space is left (the engine asks again
+    /// for a range of just the request's size, then releases cached memory and retries),
+    /// [`SourceError::other`] otherwise. The default refuses:
     /// the source cannot map pages.
     fn reserve_range(
         &mut self,
@@ -143,22 +144,42 @@ pub trait SegmentSource {
 /// use wgpool::engine::PageMapping;
 /// // An NVIDIA H200 through Vulkan sparse binding: 64 KiB pages, 1 TiB of address space.
 /// let h200 = PageMapping::new(64 << 10, 1 << 40);
-/// assert_eq!(h200.page, 65536);
+/// assert_eq!((h200.page, h200.range), (65536, 1 << 40));
+/// // lavapipe: 2 GiB of address space shared by every pool, so ranges of 64 MiB unless a
+/// // block needs more.
+/// let lavapipe = PageMapping::new(4096, (2 << 30) - 4096).with_range(64 << 20);
+/// assert_eq!(lavapipe.range, 64 << 20);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PageMapping {
     /// The device's page: the granularity of every map and unmap. A power of two.
     pub page: u64,
-    /// The largest address range one reservation may have.
+    /// The largest address range one reservation may have: the largest block the engine
+    /// serves in pages mode.
     pub max_range: u64,
+    /// The largest range the engine reserves for blocks that fit in it (at most
+    /// `max_range`). Where address space is scarce and shared by many pools, the source
+    /// keeps it below `max_range`; a larger block still gets a range of its own size.
+    pub range: u64,
 }
 
 impl PageMapping {
     /// A device with pages of `page` bytes (a power of two) and ranges of up to `max_range`
-    /// bytes.
+    /// bytes, all of which the engine may use for one range.
     pub fn new(page: u64, max_range: u64) -> PageMapping {
-        PageMapping { page, max_range }
+        PageMapping {
+            page,
+            max_range,
+            range: max_range,
+        }
+    }
+
+    /// Ranges of at most `range` bytes for blocks that fit in one (clamped to
+    /// `page..=max_range`).
+    pub fn with_range(mut self, range: u64) -> PageMapping {
+        self.range = range.clamp(self.page.min(self.max_range), self.max_range);
+        self
     }
 }
 
@@ -295,6 +316,7 @@ impl VirtualSegments {
     pub const H200_PAGES: PageMapping = PageMapping {
         page: 64 << 10,
         max_range: 1 << 40,
+        range: 1 << 40,
     };
 
     /// A source with no limit, that can map pages.

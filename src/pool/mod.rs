@@ -235,6 +235,24 @@ impl Pool {
         self.shared.lock().mode_reason.clone()
     }
 
+    /// The largest block the pool serves; [`alloc`](Pool::alloc) refuses a larger request
+    /// with [`AllocError::TooLarge`](crate::engine::AllocError::TooLarge), whose `max` is
+    /// this value.
+    ///
+    /// - Segments mode: the device's `max_buffer_size`, rounded down to 512 B (a block never
+    ///   spans two segment buffers).
+    /// - Pages mode: the largest address range the device can reserve, its largest buffer
+    ///   within its sparse address space rounded down to the page (lavapipe: 2 GiB - 4 KiB;
+    ///   an H200: wgpu's `max_buffer_size` within 1 TiB), then to 512 B. A block larger than
+    ///   the usual range ([`PagedMemory::range_size`]) gets a range of its own size, which
+    ///   needs that much free address space on the device: where other pools hold it, the
+    ///   request is an out-of-memory error that names the address space.
+    ///
+    /// [`PagedMemory::range_size`]: crate::gpu::sparse::PagedMemory::range_size
+    pub fn max_block_size(&self) -> u64 {
+        self.shared.lock().engine.max_block_size()
+    }
+
     /// Device memory the pool holds, as the memory layer counts it (segment buffers, or
     /// page chunks), its peak, and the time spent in the driver getting and giving it back.
     pub fn device_memory_usage(&self) -> DeviceMemoryUsage {

@@ -100,6 +100,8 @@ pub struct PagedMemory {
     pub(super) engine_held: u64,
     /// Whether wgpu accepted buffers of `usage` (checked before the first range).
     usage_checked: bool,
+    /// wgpu's `max_buffer_size` on the device: every range is a wgpu buffer.
+    max_buffer_size: u64,
 }
 
 impl PagedMemory {
@@ -128,12 +130,18 @@ impl PagedMemory {
             counters: PagedCounters::default(),
             engine_held: 0,
             usage_checked: false,
+            max_buffer_size: device.limits().max_buffer_size,
         })
     }
 
     /// The device's page mapping facts.
     pub fn sparse(&self) -> &SparseDevice {
         &self.sparse
+    }
+
+    /// wgpu's `max_buffer_size` on the device.
+    pub(super) fn max_buffer_size(&self) -> u64 {
+        self.max_buffer_size
     }
 
     /// The page size: every offset and length of a map or unmap is a multiple of it.

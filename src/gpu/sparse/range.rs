@@ -73,11 +73,15 @@ impl SparseRange {
         label: &str,
     ) -> Result<SparseRange, SparseError> {
         let page = sparse.page_size();
-        if size == 0 || size % page != 0 || size > sparse.facts().max_range_size {
+        // The wrapper is a wgpu buffer: wgpu's limit applies beside Vulkan's.
+        let largest = sparse
+            .facts()
+            .max_range_size
+            .min(device.limits().max_buffer_size);
+        if size == 0 || size % page != 0 || size > largest {
             return Err(SparseError::Invalid(format!(
                 "a range of {size} bytes: it must be a non-zero multiple of the {page} B page \
-                 and at most {} bytes",
-                sparse.facts().max_range_size
+                 and at most {largest} bytes"
             )));
         }
         let raw_device = sparse.raw();

@@ -38,21 +38,38 @@ fn runs_of(ranges: &[Range<u64>]) -> Vec<(u64, u64)> {
     ranges.iter().map(|r| (r.start, r.end - r.start)).collect()
 }
 
+/// How many ranges of the usual size the device's address space holds: it is shared by
+/// every pool on the device and both kinds of each (small and large blocks), so that 16
+/// pools find room (lavapipe: 2 GiB of address space, ranges of 64 MiB).
+const RANGES_PER_ADDRESS_SPACE: u64 = 32;
+
 impl PagedMemory {
-    /// The size of the address ranges the engine should reserve: at most a quarter of the
-    /// device's sparse address space (several pools and segment kinds share it), and no more
-    /// than the device memory rounded up to a power of two (a range larger than the device
-    /// could never be filled). 512 MiB on lavapipe (2 GiB of address space), 256 GiB on an
-    /// H200 (1 TiB, 141 GB of memory).
+    /// The size of the address ranges the engine reserves for blocks that fit in one: a
+    /// 32nd of the device's sparse address space (every pool on the device shares it), and
+    /// no more than the device memory rounded up to a power of two (a range larger than the
+    /// device could never be filled). 64 MiB on lavapipe (2 GiB of address space), 32 GiB
+    /// on an H200 (1 TiB). A larger block gets a range of its own size, up to
+    /// [`max_range`](Self::max_range).
     pub fn range_size(&self) -> u64 {
         let facts = self.sparse().facts();
         let page = facts.page_size;
-        let quarter = facts.address_space / 4;
+        let share = facts.address_space / RANGES_PER_ADDRESS_SPACE;
         let memory = facts
             .heap_size
             .checked_next_power_of_two()
             .unwrap_or(u64::MAX);
-        let size = facts.max_range_size.min(quarter).min(memory);
+        let size = self.max_range().min(share).min(memory);
+        (size / page * page).max(page)
+    }
+
+    /// The largest range the pool can reserve, hence its largest block in pages mode: the
+    /// device's largest buffer (Vulkan's and wgpu's `max_buffer_size`) within its sparse
+    /// address space, rounded down to the page. 2 GiB - 4 KiB on lavapipe. Such a range is
+    /// reserved only when the address space has room for it beside every other pool's.
+    pub fn max_range(&self) -> u64 {
+        let facts = self.sparse().facts();
+        let page = facts.page_size;
+        let size = facts.max_range_size.min(self.max_buffer_size());
         (size / page * page).max(page)
     }
 }
@@ -90,7 +107,7 @@ impl SegmentSource for PagedMemory {
     }
 
     fn page_mapping(&self) -> Option<PageMapping> {
-        Some(PageMapping::new(self.page_size(), self.range_size()))
+        Some(PageMapping::new(self.page_size(), self.max_range()).with_range(self.range_size()))
     }
 
     fn reserve_range(
