@@ -8,6 +8,14 @@
 //! live blocks (see [`Harness::check`]); under `policy:pytorch` every placement is also
 //! compared with PyTorch's best-fit rule, computed here from the previous snapshot.
 //!
+//! Pages mode gets the same sequences on a simulated device that maps pages (an H200's, or
+//! small pages and short ranges), under every option pages mode accepts, with the same
+//! checks (see [`PageHarness::check`]) plus the device's own record of what is mapped: no
+//! live byte on an unmapped page, the page statistics equal to the device's, physical memory
+//! (mapped and held) never over a cap, a free never mapping or unmapping, `empty_cache`
+//! returning every idle page, and an out-of-memory only once the retry chain has returned
+//! every idle page and the request's pages do not fit.
+//!
 //! The tests also replay `tests/data/gpt2-train.csv` (from `shared/traces`) with the invariants checked after
 //! every operation.
 
@@ -1427,68 +1435,132 @@ struct PageSetup {
     /// Small pages and short ranges (lavapipe: 4 KiB pages; ranges of 256 MiB here, so that
     /// requests need several), else an H200's 64 KiB pages and 1 TiB ranges.
     small_device: bool,
+    /// `EngineLimits::device_memory`: the base of `per_process_memory_fraction`, and what
+    /// sizes new ranges (9/8 of it).
+    device_memory: Option<u64>,
     /// `VirtualSegments::with_device_limit`, if any.
     device_limit: Option<u64>,
 }
 
+/// Configurations that map pages, mixing every option that pages mode accepts
+/// (`backend:passthrough` and `expandable_segments:False` give fixed segments).
 fn page_setup_strategy(limited: bool) -> impl Strategy<Value = PageSetup> {
     let policy = prop::sample::select(vec![
         "",
         "expandable_segments:True",
+        "expandable_segments:auto",
+        "policy:compact,expandable_segments:True",
         "policy:pytorch,expandable_segments:True",
         "policy:pytorch,expandable_segments:auto",
     ]);
-    let cap = if limited {
-        prop::option::weighted(0.8, 64u64..4096)
-            .prop_map(keyed("memory_limit_mb"))
-            .boxed()
-    } else {
-        Just(None).boxed()
+    // Caps only where out-of-memory is expected.
+    let cap = |p: f64, strategy: BoxedStrategy<String>| {
+        if limited {
+            prop::option::weighted(p, strategy).boxed()
+        } else {
+            Just(None).boxed()
+        }
     };
-    (
+    let options = (
         policy,
-        prop::option::weighted(0.2, prop::sample::select(vec![20u64, 128, 512])),
-        prop::option::weighted(0.2, prop::sample::select(vec![2u32, 4, 8])),
-        prop::option::weighted(0.2, Just(0.8)),
-        cap,
+        prop::option::weighted(0.2, prop_oneof![Just(20u64), Just(128), 20u64..=512])
+            .prop_map(keyed("max_split_size_mb")),
+        prop::option::weighted(0.15, 1u64..=64).prop_map(keyed("max_non_split_rounding_mb")),
+        prop::option::weighted(
+            0.25,
+            prop_oneof![
+                (1u32..=3).prop_map(|e| (1u32 << e).to_string()),
+                roundup_list()
+            ],
+        )
+        .prop_map(keyed("roundup_power2_divisions")),
+        prop::option::weighted(0.1, 1u64..=256).prop_map(keyed("roundup_bypass_threshold_mb")),
+        prop::option::weighted(0.2, prop_oneof![0.8f64..0.81, 0.05f64..0.99])
+            .prop_map(keyed("garbage_collection_threshold")),
+        cap(
+            0.7,
+            (64u64..4096)
+                .prop_map(|v| format!("memory_limit_mb:{v}"))
+                .boxed(),
+        ),
+        cap(
+            0.3,
+            (0.02f64..=1.0)
+                .prop_map(|v| format!("per_process_memory_fraction:{v}"))
+                .boxed(),
+        ),
+        prop::option::weighted(0.2, 10u64..=128).prop_map(keyed("large_segment_size_mb")),
+        prop::option::weighted(0.1, Just("native")).prop_map(keyed("backend")),
+        prop::option::weighted(0.1, prop_oneof![Just("none"), Just("host")])
+            .prop_map(keyed("overflow")),
+    );
+    let compact_knobs = (
+        prop::option::weighted(0.1, 0.0f64..=1.0).prop_map(keyed("compact_min_share")),
+        prop::option::weighted(0.1, 0.0f64..=10.0).prop_map(keyed("compact_reserved_slack")),
+        prop::option::weighted(0.1, 0.0f64..=1000.0).prop_map(keyed("compact_release_budget")),
+    );
+    let device = (
         any::<bool>(),
+        prop::option::weighted(0.5, (1u64..=32).prop_map(|g| g * GIB)),
         if limited {
             prop::option::weighted(0.5, (96u64..6000).prop_map(|m| m * MIB)).boxed()
         } else {
             Just(None).boxed()
         },
-    )
-        .prop_map(
-            |(policy, split, divisions, gc, cap, small_device, device_limit)| {
-                let parts: Vec<String> = [
-                    (!policy.is_empty()).then(|| policy.to_string()),
-                    split.map(|v| format!("max_split_size_mb:{v}")),
-                    divisions.map(|v| format!("roundup_power2_divisions:{v}")),
-                    gc.filter(|_| cap.is_some())
-                        .map(|v| format!("garbage_collection_threshold:{v}")),
-                    cap,
-                ]
-                .into_iter()
-                .flatten()
-                .collect();
-                PageSetup {
-                    conf: parts.join(","),
-                    small_device,
-                    device_limit,
-                }
-            },
-        )
+    );
+    (options, compact_knobs, device).prop_flat_map(|(o, k, d)| {
+        let (small_device, mut device_memory, device_limit) = d;
+        let has_cap = o.6.is_some() || o.7.is_some();
+        // Garbage collection acts only under a cap.
+        let gc = o.5.filter(|_| has_cap);
+        if o.7.is_some() && device_memory.is_none() {
+            device_memory = Some(8 * GIB);
+        }
+        let parts: Vec<String> = [
+            o.1, o.2, o.3, o.4, gc, o.6, o.7, o.8, o.9, o.10, k.0, k.1, k.2,
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let policy = o.0.to_string();
+        Just(parts).prop_shuffle().prop_map(move |mut parts| {
+            if !policy.is_empty() {
+                parts.insert(0, policy.clone());
+            }
+            PageSetup {
+                conf: parts.join(","),
+                small_device,
+                device_memory,
+                device_limit,
+            }
+        })
+    })
 }
 
 struct PageHarness<'a> {
     engine: Engine,
     device: VirtualSegments,
+    config: Config,
     cap: Option<u64>,
+    device_limit: Option<u64>,
     /// Most physical memory the engine may hold: the cap and the device limit.
     limit: Option<u64>,
     live: Vec<Allocation>,
+    /// Recently freed ids.
     stale: Vec<BlockId>,
+    /// Peaks of the model's totals since the last reset: allocated and requested bytes,
+    /// and mapped bytes after an operation.
+    peak_allocated: u64,
+    peak_requested: u64,
+    peak_mapped: u64,
+    ooms: u64,
     counters: &'a Counters,
+}
+
+/// Whether a free mapped block holds a whole page: an idle page that `empty_cache` and the
+/// retry chain must have returned.
+fn holds_whole_page(offset: u64, size: u64, page: u64) -> bool {
+    offset.div_ceil(page) * page + page <= offset + size
 }
 
 impl<'a> PageHarness<'a> {
@@ -1502,7 +1574,9 @@ impl<'a> PageHarness<'a> {
         };
         let mut device = VirtualSegments::unlimited().with_pages(Some(pages));
         device.device_limit = setup.device_limit;
-        let limits = EngineLimits::unlimited().with_page_mapping(device.pages);
+        let limits = EngineLimits::unlimited()
+            .with_page_mapping(device.pages)
+            .with_device_memory(setup.device_memory);
         let engine = Engine::new(config.clone(), limits)
             .map_err(|e| format!("Engine::new refused `{}`: {e}", setup.conf))?;
         ensure!(
@@ -1511,7 +1585,13 @@ impl<'a> PageHarness<'a> {
             setup.conf,
             engine.memory_mode()
         );
-        let cap = config.memory_limit;
+        // A cap counts physical memory, computed here from the options.
+        let cap = expected_cap(&config, setup.device_memory);
+        ensure!(
+            engine.memory_cap() == cap,
+            "memory_cap() is {:?} but the options give {cap:?}",
+            engine.memory_cap()
+        );
         let limit = match (cap, setup.device_limit) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1519,25 +1599,72 @@ impl<'a> PageHarness<'a> {
         Ok(PageHarness {
             engine,
             device,
+            config,
             cap,
+            device_limit: setup.device_limit,
             limit,
             live: Vec::new(),
             stale: Vec::new(),
+            peak_allocated: 0,
+            peak_requested: 0,
+            peak_mapped: 0,
+            ooms: 0,
             counters,
         })
     }
 
+    fn is_oversize(&self, size: u64) -> bool {
+        self.config.max_split_size.is_some_and(|m| size >= m)
+    }
+
+    fn page(&self, kind: SegmentKind) -> Result<u64, String> {
+        self.engine
+            .page_size(kind)
+            .ok_or_else(|| "pages mode has page sizes".to_string())
+    }
+
+    /// New memory a request of `rounded` bytes can need at most when no free block serves
+    /// it, as the cap checks it and as the device sees it: its pages, and under
+    /// `policy:pytorch` at least the segment it would get (PyTorch checks the cap with the
+    /// segment size in expandable mode too).
+    fn need(&self, rounded: u64) -> Result<(u64, u64), String> {
+        let page = self.page(SegmentKind::for_size(rounded))?;
+        let pages = rounded.div_ceil(page) * page;
+        let for_cap = if self.config.policy == Policy::Pytorch {
+            pages.max(segment_size_for(&self.config, rounded))
+        } else {
+            pages
+        };
+        Ok((for_cap, pages))
+    }
+
+    /// Every free mapped block with a whole page in it, as (range, offset, size).
+    fn idle_pages(&self) -> Result<Vec<(u32, u64, u64)>, String> {
+        let mut idle = Vec::new();
+        for segment in self.engine.snapshot() {
+            let page = self.page(segment.pool)?;
+            for b in segment.blocks.iter().filter(|b| b.mapped && !b.allocated) {
+                if holds_whole_page(b.offset, b.size, page) {
+                    idle.push((segment.id.0, b.offset, b.size));
+                }
+            }
+        }
+        Ok(idle)
+    }
+
     /// Checks the engine against the model of live blocks and against the device's own
-    /// record of what is mapped.
-    fn check(&self, after: &str) -> Result<(), String> {
+    /// record of what is mapped: the recount, the layout, no overlap, no live byte on an
+    /// unmapped page, and every statistic.
+    fn check(&mut self, after: &str) -> Result<(), String> {
         self.engine
             .check_invariants()
             .map_err(|e| format!("after {after}: {e}"))?;
         let snapshot = self.engine.snapshot();
-        let mut blocks: HashMap<(u32, u64), (u64, bool, bool)> = HashMap::new();
+        let mut segment_of: HashMap<u32, &SegmentSnapshot> = HashMap::new();
+        let mut in_layout: Vec<(u32, u64, u64, u64)> = Vec::new();
         for segment in &snapshot {
+            segment_of.insert(segment.id.0, segment);
             for b in &segment.blocks {
-                blocks.insert((segment.id.0, b.offset), (b.size, b.allocated, b.mapped));
                 let mapped = self
                     .device
                     .mapped_within(segment.id, b.offset, b.offset + b.size);
@@ -1551,21 +1678,52 @@ impl<'a> PageHarness<'a> {
                     b.size,
                     if b.mapped { "mapped" } else { "unmapped" }
                 );
+                if b.allocated {
+                    in_layout.push((segment.id.0, b.offset, b.size, b.requested));
+                }
             }
         }
-        let allocated = blocks.values().filter(|b| b.1).count();
+        // Every allocated block in the layout is exactly one of the model's live blocks.
+        let mut in_model: Vec<(u32, u64, u64, u64)> = self
+            .live
+            .iter()
+            .map(|a| (a.segment.0, a.offset, a.block_size, a.requested))
+            .collect();
+        in_layout.sort_unstable();
+        in_model.sort_unstable();
         ensure!(
-            allocated == self.live.len(),
-            "after {after}: {allocated} allocated blocks but {} live",
-            self.live.len()
+            in_layout == in_model,
+            "after {after}: the layout's allocated blocks differ from the live blocks\n  layout {in_layout:?}\n  model  {in_model:?}"
         );
-        let mut allocated_bytes = 0;
-        let mut requested = 0;
-        for a in &self.live {
-            let found = blocks.get(&(a.segment.0, a.offset));
+        // No two live blocks overlap.
+        for pair in in_model.windows(2) {
+            let (s0, o0, z0, _) = pair[0];
+            let (s1, o1, _, _) = pair[1];
             ensure!(
-                found == Some(&(a.block_size, true, true)),
-                "after {after}: live {a:?} is {found:?} in the layout"
+                s0 != s1 || o0 + z0 <= o1,
+                "after {after}: live blocks overlap in range {s0}: {o0}+{z0} and {o1}"
+            );
+        }
+        // Live blocks: unchanged, aligned, inside their range, wholly mapped.
+        let mut totals = [(0u64, 0u64, 0u64); 2];
+        for a in &self.live {
+            let now = self.engine.allocation(a.block);
+            ensure!(
+                now == Some(*a),
+                "after {after}: live block changed: allocate returned {a:?}, now {now:?}"
+            );
+            let segment = segment_of
+                .get(&a.segment.0)
+                .ok_or_else(|| format!("after {after}: {a:?} is in no range"))?;
+            ensure!(
+                a.offset % MIN_BLOCK_SIZE == 0
+                    && a.block_size % MIN_BLOCK_SIZE == 0
+                    && a.block_size >= a.requested
+                    && a.offset + a.block_size <= segment.size
+                    && segment.pool == a.kind,
+                "after {after}: {a:?} is unaligned, too small, or outside its {:?} range of {} B",
+                segment.pool,
+                segment.size
             );
             // No live byte on an unmapped page, as the device sees it.
             ensure!(
@@ -1573,19 +1731,92 @@ impl<'a> PageHarness<'a> {
                     .is_mapped(a.segment, a.offset, a.offset + a.block_size),
                 "after {after}: live {a:?} is not wholly mapped on the device"
             );
-            allocated_bytes += a.block_size;
-            requested += a.requested;
+            let t = &mut totals[a.kind.index()];
+            t.0 += 1;
+            t.1 += a.block_size;
+            t.2 += a.requested;
         }
+
+        // Statistics against the model.
         let stats = self.engine.memory_stats();
+        let count = totals[0].0 + totals[1].0;
+        let allocated = totals[0].1 + totals[1].1;
+        let requested = totals[0].2 + totals[1].2;
         ensure!(
             (
+                stats.allocation.all.current,
                 stats.allocated_bytes.all.current,
                 stats.requested_bytes.all.current
-            ) == (allocated_bytes, requested),
-            "after {after}: statistics say {} allocated, {} requested; the live blocks {allocated_bytes}, {requested}",
+            ) == (count, allocated, requested),
+            "after {after}: statistics say {} allocations of {} B ({} requested); the live blocks {count} of {allocated} B ({requested})",
+            stats.allocation.all.current,
             stats.allocated_bytes.all.current,
             stats.requested_bytes.all.current
         );
+        for pool in [SegmentKind::Small, SegmentKind::Large] {
+            let t = totals[pool.index()];
+            let got = (
+                stats.allocation.pool(pool).current,
+                stats.allocated_bytes.pool(pool).current,
+                stats.requested_bytes.pool(pool).current,
+            );
+            ensure!(
+                got == t,
+                "after {after}: {pool:?} pool stats {got:?} != model {t:?}"
+            );
+        }
+        ensure!(
+            stats.active.all.current == count && stats.active_bytes.all.current == allocated,
+            "after {after}: active stats differ from the live blocks"
+        );
+        // A range is not a segment, and nothing is an inactive split (PyTorch's expandable
+        // segments count them so).
+        ensure!(
+            stats.segment.all.current == 0
+                && stats.inactive_split.all.current == 0
+                && stats.inactive_split_bytes.all.current == 0,
+            "after {after}: pages mode counts {} segments, {} inactive splits of {} B",
+            stats.segment.all.current,
+            stats.inactive_split.all.current,
+            stats.inactive_split_bytes.all.current
+        );
+        for (name, array) in stat_arrays(&stats) {
+            ensure!(
+                array.all.current == array.small_pool.current + array.large_pool.current,
+                "after {after}: {name}: all != small + large"
+            );
+            check_stat(&format!("{name}.all"), &array.all)?;
+            check_stat(&format!("{name}.small_pool"), &array.small_pool)?;
+            check_stat(&format!("{name}.large_pool"), &array.large_pool)?;
+        }
+        check_stat("oversize_allocations", &stats.oversize_allocations)?;
+        let oversize_live = self
+            .live
+            .iter()
+            .filter(|a| self.is_oversize(a.block_size))
+            .count() as u64;
+        ensure!(
+            stats.oversize_allocations.current == oversize_live,
+            "after {after}: oversize_allocations {} != {oversize_live}",
+            stats.oversize_allocations.current
+        );
+        ensure!(
+            stats.num_ooms == self.ooms && stats.num_alloc_retries >= stats.num_ooms,
+            "after {after}: num_ooms {} (expected {}), num_alloc_retries {}",
+            stats.num_ooms,
+            self.ooms,
+            stats.num_alloc_retries
+        );
+        // Maps count as device allocations and unmaps as device frees: one per bind.
+        ensure!(
+            stats.num_device_alloc + stats.num_device_free == self.device.bind_calls,
+            "after {after}: num_device_alloc {} + num_device_free {} but the device saw {} binds",
+            stats.num_device_alloc,
+            stats.num_device_free,
+            self.device.bind_calls
+        );
+
+        // The page figures against the device's.
         let pages = self.engine.page_stats().ok_or("no page statistics")?;
         ensure!(
             stats.reserved_bytes.all.current == self.device.mapped_bytes
@@ -1594,7 +1825,8 @@ impl<'a> PageHarness<'a> {
                 && pages.mapped_total == self.device.mapped_total
                 && pages.unmapped_total == self.device.unmapped_total
                 && pages.bind_calls == self.device.bind_calls
-                && pages.ranges == self.device.live_ranges() as u64,
+                && pages.ranges == self.device.live_ranges() as u64
+                && pages.range_bytes == snapshot.iter().map(|s| s.size).sum::<u64>(),
             "after {after}: the engine's page figures {pages:?} (reserved {}) disagree with the \
              device's: mapped {}, held {}, mapped total {}, unmapped total {}, binds {}, ranges {}",
             stats.reserved_bytes.all.current,
@@ -1605,6 +1837,8 @@ impl<'a> PageHarness<'a> {
             self.device.bind_calls,
             self.device.live_ranges()
         );
+        // A cap counts physical memory: mapped pages and pages held for reuse, at every
+        // moment, as the device saw it.
         if let Some(cap) = self.cap {
             ensure!(
                 self.device.physical_peak <= cap,
@@ -1613,105 +1847,248 @@ impl<'a> PageHarness<'a> {
             );
         }
         ensure!(
-            pages.physical_peak >= self.device.physical_bytes(),
-            "after {after}: physical peak {} below the current {}",
+            pages.physical_peak >= self.device.physical_bytes()
+                && pages.physical_peak <= self.device.physical_peak,
+            "after {after}: physical peak {} outside the current {} and the device's peak {}",
             pages.physical_peak,
-            self.device.physical_bytes()
+            self.device.physical_bytes(),
+            self.device.physical_peak
+        );
+
+        // Peaks: allocated and requested change once per operation, so their peaks are the
+        // largest values seen after an operation; mapped memory can also move within one.
+        self.peak_allocated = self.peak_allocated.max(allocated);
+        self.peak_requested = self.peak_requested.max(requested);
+        self.peak_mapped = self.peak_mapped.max(self.device.mapped_bytes);
+        ensure!(
+            stats.allocated_bytes.all.peak == self.peak_allocated
+                && stats.requested_bytes.all.peak == self.peak_requested
+                && stats.reserved_bytes.all.peak >= self.peak_mapped,
+            "after {after}: peaks allocated {} requested {} reserved {}, model {} {} {}",
+            stats.allocated_bytes.all.peak,
+            stats.requested_bytes.all.peak,
+            stats.reserved_bytes.all.peak,
+            self.peak_allocated,
+            self.peak_requested,
+            self.peak_mapped
         );
         Ok(())
     }
 
     fn alloc(&mut self, size: u64, stream: u32, recover: bool) -> Result<(), String> {
         bump(&self.counters.allocs);
+        let what = format!("allocate({size}, stream {stream})");
+        let rounded = round_request(&self.config, size);
+        let kind = SegmentKind::for_size(rounded);
         let before = self.engine.memory_stats();
-        let unmapped_before = self.device.unmapped_total;
+        let (binds_before, unmapped_before) = (self.device.bind_calls, self.device.unmapped_total);
         match self.engine.allocate(size, stream, &mut self.device) {
             Ok(a) => {
                 ensure!(
-                    a.requested == size && a.block_size >= size && a.offset % MIN_BLOCK_SIZE == 0,
-                    "{a:?} for {size} B"
+                    a.requested == size
+                        && a.block_size >= rounded
+                        && a.offset % MIN_BLOCK_SIZE == 0
+                        && a.kind == kind,
+                    "{what} (rounded {rounded}) returned {a:?}"
                 );
+                // PyTorch's split rule, as in segments mode.
+                match kind {
+                    SegmentKind::Small => ensure!(
+                        a.block_size == rounded,
+                        "{what}: a small-pool block must be split to the rounded size {rounded}: {a:?}"
+                    ),
+                    SegmentKind::Large => ensure!(
+                        self.is_oversize(rounded) || a.block_size - rounded <= SMALL_SIZE,
+                        "{what}: a block of {} for a rounded {rounded} should have been split",
+                        a.block_size
+                    ),
+                }
                 if self.device.unmapped_total > unmapped_before {
-                    // Idle pages were recycled to serve it.
+                    // Idle pages were recycled (or released by the chain) to serve it.
                     bump(&self.counters.releases_during_alloc);
                 }
-                if self.engine.memory_stats().num_device_alloc == before.num_device_alloc {
+                if self.device.bind_calls == binds_before {
                     bump(&self.counters.cache_hits);
                 } else {
                     bump(&self.counters.new_segments);
                 }
                 self.live.push(a);
+                self.check(&what)?;
             }
             Err(AllocError::OutOfMemory(oom)) => {
+                self.ooms += 1;
                 bump(&self.counters.ooms);
                 ensure!(
                     self.limit.is_some(),
-                    "out of memory with no cap or device limit: {oom}"
+                    "{what}: out of memory with no cap or device limit: {oom}"
                 );
-                self.check("an out-of-memory")?;
-                if recover {
-                    for a in std::mem::take(&mut self.live) {
-                        self.engine
-                            .free(a.block, &mut self.device)
-                            .map_err(|e| e.to_string())?;
-                    }
-                    self.engine.empty_cache(&mut self.device);
+                self.check(&what)?;
+                let stats = self.engine.memory_stats();
+                ensure!(
+                    stats.num_alloc_retries == before.num_alloc_retries + 1,
+                    "{what}: an out-of-memory must come after the release-everything retry"
+                );
+                // The retry chain returned every idle page before failing.
+                let idle = self.idle_pages()?;
+                ensure!(
+                    idle.is_empty() && self.device.held_bytes == 0,
+                    "{what} failed with idle pages left mapped {idle:?} or {} B held",
+                    self.device.held_bytes
+                );
+                let allocated: u64 = self.live.iter().map(|a| a.block_size).sum();
+                let physical = self.device.physical_bytes();
+                ensure!(
+                    oom.requested == size
+                        && oom.rounded == rounded
+                        && oom.kind == kind
+                        && oom.cap == self.cap
+                        && oom.allocated == allocated
+                        && oom.reserved == physical,
+                    "{what}: the error's figures are wrong: {oom:?} (allocated {allocated}, \
+                     physical {physical}, cap {:?})",
+                    self.cap
+                );
+                // ... and the request really does not fit.
+                let (for_cap, pages) = self.need(rounded)?;
+                let over_cap = self.cap.is_some_and(|c| physical + for_cap > c);
+                let over_device = self.device_limit.is_some_and(|l| physical + pages > l);
+                ensure!(
+                    over_cap || over_device,
+                    "{what} failed though {pages} B of pages ({for_cap} B for the cap) fit: \
+                     physical {physical}, cap {:?}, device limit {:?}",
+                    self.cap,
+                    self.device_limit
+                );
+                let message = oom.to_string();
+                let mut must_name = vec![bytes(size), bytes(allocated)];
+                if let Some(cap) = self.cap {
+                    must_name.push(bytes(cap));
+                }
+                for part in must_name {
                     ensure!(
-                        self.device.physical_bytes() == 0,
-                        "empty_cache with nothing live left {} bytes",
-                        self.device.physical_bytes()
+                        message.contains(&part),
+                        "{what}: `{message}` does not mention {part}"
                     );
-                    // With nothing live, whatever fits the limit with a spare page must map.
-                    let rounded = round_request(self.engine.config(), size);
-                    let need = segment_size_for(self.engine.config(), rounded).max(rounded);
-                    let fits = self.limit.is_some_and(|l| need + 20 * MIB <= l);
-                    match self.engine.allocate(size, stream, &mut self.device) {
-                        Ok(a) => {
-                            bump(&self.counters.recoveries);
-                            self.live.push(a);
-                        }
-                        Err(e) => ensure!(!fits, "{size} B failed on an empty pool: {e}"),
-                    }
+                }
+                if recover {
+                    self.recover(size, stream)?;
                 }
             }
-            Err(AllocError::TooLarge { .. }) => bump(&self.counters.too_large),
-            Err(e) => return Err(format!("allocating {size} B: {e}")),
+            Err(AllocError::TooLarge { requested, max, .. }) => {
+                bump(&self.counters.too_large);
+                ensure!(
+                    (size > max || rounded > max) && (requested == size || requested == rounded),
+                    "{what}: TooLarge {{ requested: {requested}, max: {max} }} with rounded {rounded}"
+                );
+                ensure!(
+                    self.engine.memory_stats() == before && self.device.bind_calls == binds_before,
+                    "{what}: a refused request changed the engine"
+                );
+                self.check(&what)?;
+            }
+            Err(e) => return Err(format!("{what} failed unexpectedly: {e}")),
         }
         Ok(())
     }
 
+    /// After an out-of-memory: free everything, empty the cache, and ask again. A request
+    /// whose pages (and, under `policy:pytorch`, segment) fit the cap and the device must
+    /// now be served.
+    fn recover(&mut self, size: u64, stream: u32) -> Result<(), String> {
+        for a in std::mem::take(&mut self.live) {
+            self.engine
+                .free(a.block, &mut self.device)
+                .map_err(|e| e.to_string())?;
+        }
+        self.empty_cache()?;
+        ensure!(
+            self.device.physical_bytes() == 0,
+            "empty_cache with nothing live left {} bytes",
+            self.device.physical_bytes()
+        );
+        let (for_cap, pages) = self.need(round_request(&self.config, size))?;
+        let fits =
+            self.cap.is_none_or(|c| for_cap <= c) && self.device_limit.is_none_or(|l| pages <= l);
+        match self.engine.allocate(size, stream, &mut self.device) {
+            Ok(a) => {
+                bump(&self.counters.recoveries);
+                self.live.push(a);
+            }
+            Err(AllocError::OutOfMemory(e)) => {
+                ensure!(!fits, "{size} B failed on an empty pool: {e}");
+                self.ooms += 1;
+            }
+            Err(e) => return Err(format!("{size} B on an empty pool: {e}")),
+        }
+        self.check(&format!("recovering from an out-of-memory for {size} B"))
+    }
+
     fn free_at(&mut self, index: usize) -> Result<(), String> {
         let a = self.live.swap_remove(index);
+        let what = format!("free({a:?})");
+        let (binds_before, mapped_before) = (self.device.bind_calls, self.device.mapped_bytes);
         self.engine
             .free(a.block, &mut self.device)
-            .map_err(|e| format!("freeing {a:?}: {e}"))?;
+            .map_err(|e| format!("{what}: {e}"))?;
         self.stale.push(a.block);
+        if self.stale.len() > 32 {
+            self.stale.remove(0);
+        }
+        // Pages stay mapped after a free, under both policies.
+        ensure!(
+            self.device.bind_calls == binds_before && self.device.mapped_bytes == mapped_before,
+            "{what} mapped or unmapped pages"
+        );
+        self.check(&what)?;
+        // The freed range is now part of one free mapped block.
+        let snapshot = self.engine.snapshot();
+        let segment = snapshot
+            .iter()
+            .find(|s| s.id == a.segment)
+            .ok_or_else(|| format!("{what}: its range is gone"))?;
+        let holder = segment
+            .blocks
+            .iter()
+            .find(|b| b.offset <= a.offset && a.offset < b.offset + b.size)
+            .ok_or_else(|| format!("{what}: offset {} is in no block", a.offset))?;
+        ensure!(
+            !holder.allocated
+                && holder.mapped
+                && holder.offset + holder.size >= a.offset + a.block_size,
+            "{what}: the freed range is not covered by one free mapped block: {holder:?}"
+        );
+        Ok(())
+    }
+
+    fn free_all(&mut self) -> Result<(), String> {
+        while !self.live.is_empty() {
+            self.free_at(self.live.len() - 1)?;
+        }
         Ok(())
     }
 
     fn empty_cache(&mut self) -> Result<(), String> {
         self.engine.empty_cache(&mut self.device);
-        // Every idle page is returned: no free block keeps a whole page mapped.
-        for segment in self.engine.snapshot() {
-            let page = self
-                .engine
-                .page_size(segment.pool)
-                .ok_or("pages mode has page sizes")?;
-            for b in segment.blocks.iter().filter(|b| b.mapped && !b.allocated) {
-                let first_page = b.offset.div_ceil(page) * page;
-                ensure!(
-                    first_page + page > b.offset + b.size || self.device.held_bytes > 0,
-                    "empty_cache kept the idle pages of free block {}+{} mapped",
-                    b.offset,
-                    b.size
-                );
-            }
-        }
+        self.check("empty_cache")?;
+        // Every idle page is returned: no free block keeps a whole page mapped, no memory
+        // is held, and no range is left without a mapped page.
+        let idle = self.idle_pages()?;
+        ensure!(
+            idle.is_empty(),
+            "empty_cache kept the idle pages of free blocks {idle:?} mapped"
+        );
         ensure!(
             self.device.held_bytes == 0,
             "empty_cache kept {} bytes held",
             self.device.held_bytes
         );
+        for segment in self.engine.snapshot() {
+            ensure!(
+                segment.blocks.iter().any(|b| b.mapped),
+                "empty_cache kept range {:?} with no page mapped",
+                segment.id
+            );
+        }
         if self.live.is_empty() {
             ensure!(
                 self.device.physical_bytes() == 0 && self.device.live_ranges() == 0,
@@ -1723,9 +2100,110 @@ impl<'a> PageHarness<'a> {
         Ok(())
     }
 
+    fn free_stale(&mut self, pick: usize) -> Result<(), String> {
+        if self.stale.is_empty() {
+            return Ok(());
+        }
+        let id = self.stale[pick % self.stale.len()];
+        ensure!(
+            !self.live.iter().any(|a| a.block == id),
+            "the engine handed the freed id {id:?} out again"
+        );
+        let before = self.engine.memory_stats();
+        let binds = self.device.bind_calls;
+        let result = self.engine.free(id, &mut self.device);
+        ensure!(
+            result == Err(FreeError::NotLive(id)),
+            "a second free of {id:?} returned {result:?}"
+        );
+        ensure!(
+            self.engine.allocation(id).is_none()
+                && self.engine.memory_stats() == before
+                && self.device.bind_calls == binds,
+            "a refused free of {id:?} changed the engine"
+        );
+        bump(&self.counters.stale_refused);
+        self.check("a stale free")
+    }
+
+    fn zero_alloc(&mut self) -> Result<(), String> {
+        let before = self.engine.memory_stats();
+        let result = self.engine.allocate(0, 0, &mut self.device);
+        ensure!(
+            matches!(result, Err(AllocError::ZeroSize)),
+            "allocate(0) returned {result:?}"
+        );
+        ensure!(
+            self.engine.memory_stats() == before,
+            "a zero-byte request changed the statistics"
+        );
+        self.check("allocate(0)")
+    }
+
+    /// `record_reuse` of one live block: the accumulated totals count one more round trip;
+    /// current values, peaks and the layout stay as they are.
+    fn record_reuse(&mut self, pick: usize) -> Result<(), String> {
+        if self.live.is_empty() {
+            return Ok(());
+        }
+        let a = self.live[pick % self.live.len()];
+        let oversize = u64::from(self.is_oversize(a.block_size));
+        let mut expected = self.engine.memory_stats();
+        let round_trip = |array: &mut StatArray, amount: u64| {
+            array.all.allocated += amount;
+            array.all.freed += amount;
+            let stat = pool_stat(array, a.kind);
+            stat.allocated += amount;
+            stat.freed += amount;
+        };
+        round_trip(&mut expected.allocation, 1);
+        round_trip(&mut expected.active, 1);
+        round_trip(&mut expected.allocated_bytes, a.block_size);
+        round_trip(&mut expected.active_bytes, a.block_size);
+        round_trip(&mut expected.requested_bytes, a.requested);
+        expected.oversize_allocations.allocated += oversize;
+        expected.oversize_allocations.freed += oversize;
+        self.engine
+            .record_reuse(a.kind, 1, a.block_size, a.requested, oversize);
+        let got = self.engine.memory_stats();
+        ensure!(
+            got == expected,
+            "record_reuse of {a:?}:\n  expected {expected:?}\n  got      {got:?}"
+        );
+        self.check("record_reuse")
+    }
+
+    /// `reset_peak_stats`: every peak becomes its current value, the physical peak too.
+    fn reset_peak(&mut self) -> Result<(), String> {
+        self.engine.reset_peak_stats();
+        let stats = self.engine.memory_stats();
+        self.peak_allocated = stats.allocated_bytes.all.current;
+        self.peak_requested = stats.requested_bytes.all.current;
+        self.peak_mapped = stats.reserved_bytes.all.current;
+        let map = stats.to_map();
+        for (key, value) in &map {
+            if let Some(stem) = key.strip_suffix(".peak") {
+                let current = map[&format!("{stem}.current")];
+                ensure!(
+                    *value == current,
+                    "after reset_peak_stats: {key} is {value}, current {current}"
+                );
+            }
+        }
+        let pages = self.engine.page_stats().ok_or("no page statistics")?;
+        ensure!(
+            pages.physical_peak == self.device.physical_bytes(),
+            "after reset_peak_stats: physical peak {} but {} physical",
+            pages.physical_peak,
+            self.device.physical_bytes()
+        );
+        self.check("reset_peak_stats")
+    }
+
     fn run(&mut self, ops: &[Op]) -> Result<(), String> {
         bump(&self.counters.cases);
-        for (step, op) in ops.iter().enumerate() {
+        self.check("creation")?;
+        for op in ops {
             bump(&self.counters.ops);
             match *op {
                 Op::Alloc {
@@ -1736,28 +2214,41 @@ impl<'a> PageHarness<'a> {
                 Op::Free { pick } if !self.live.is_empty() => {
                     self.free_at(pick % self.live.len())?
                 }
+                Op::Free { .. } => {}
                 Op::FreeBurst { count } => {
-                    for _ in 0..count.min(self.live.len()) {
-                        self.free_at(self.live.len() - 1)?;
+                    for i in 0..count.min(self.live.len()) {
+                        self.free_at((i * 7919) % self.live.len())?;
                     }
                 }
-                Op::FreeStale { pick } if !self.stale.is_empty() => {
-                    let id = self.stale[pick % self.stale.len()];
-                    if self.engine.free(id, &mut self.device).is_err() {
-                        bump(&self.counters.stale_refused);
-                    } else {
-                        return Err(format!("stale {id:?} was freed"));
-                    }
-                }
+                Op::FreeStale { pick } => self.free_stale(pick)?,
+                Op::ZeroAlloc => self.zero_alloc()?,
+                Op::RecordReuse { pick } => self.record_reuse(pick)?,
                 Op::EmptyCache => self.empty_cache()?,
-                Op::ResetPeak => self.engine.reset_peak_stats(),
-                _ => {}
+                Op::ResetPeak => self.reset_peak()?,
             }
             self.counters
                 .max_live
                 .set(self.counters.max_live.get().max(self.live.len() as u64));
-            self.check(&format!("operation {step} ({op:?})"))?;
         }
+        // Freeing everything leaves nothing allocated and every page idle; empty_cache then
+        // returns all of them.
+        self.free_all()?;
+        let stats = self.engine.memory_stats();
+        ensure!(
+            stats.allocated_bytes.all.current == 0
+                && stats.requested_bytes.all.current == 0
+                && stats.allocation.all.current == 0,
+            "with every block freed, allocated_bytes is {}",
+            stats.allocated_bytes.all.current
+        );
+        self.empty_cache()?;
+        let stats = self.engine.memory_stats();
+        ensure!(
+            stats.reserved_bytes.all.current == 0 && self.device.physical_bytes() == 0,
+            "after freeing everything and empty_cache: {} B reserved, {} B physical",
+            stats.reserved_bytes.all.current,
+            self.device.physical_bytes()
+        );
         Ok(())
     }
 }
@@ -1805,6 +2296,31 @@ fn random_sequences_in_pages_mode_under_caps_survive_out_of_memory() {
     let c = run_pages(true, 30_000, 1500);
     assert!(c.ooms.get() > 50 && c.recoveries.get() > 10, "{c:?}");
     assert!(c.releases_during_alloc.get() > 100, "{c:?}");
+}
+
+/// The random page-mode configurations mix every option in the table.
+#[test]
+fn random_page_configurations_use_every_option() {
+    use proptest::strategy::ValueTree;
+    let mut runner = TestRunner::default();
+    let mut seen = std::collections::BTreeSet::new();
+    for limited in [false, true] {
+        let strategy = page_setup_strategy(limited);
+        for _ in 0..500 {
+            let setup = strategy.new_tree(&mut runner).unwrap().current();
+            Config::parse(&setup.conf).unwrap();
+            for entry in setup.conf.split(',') {
+                seen.insert(entry.split(':').next().unwrap().to_string());
+            }
+        }
+    }
+    for option in wgpool::config::OPTIONS {
+        assert!(
+            seen.contains(option.key),
+            "no random page-mode configuration sets `{}`",
+            option.key
+        );
+    }
 }
 
 /// Under a cap, the default policy recycles the idle pages of a freed block for a larger
