@@ -718,7 +718,8 @@ fn expandable_segments_takes_auto_true_and_false() {
     assert!(reason.contains("passthrough"), "{reason}");
 }
 
-/// The memory mode follows `expandable_segments` and what the source can do.
+/// The memory mode follows `expandable_segments` and what the source can do, and
+/// `memory_summary` names it.
 #[test]
 fn memory_mode_follows_expandable_segments_and_the_source() {
     let pages = Some(VirtualSegments::H200_PAGES);
@@ -748,7 +749,20 @@ fn memory_mode_follows_expandable_segments_and_the_source() {
         let limits =
             EngineLimits::unlimited().with_page_mapping(if can_map { pages } else { None });
         match (Engine::new(Config::parse(conf).unwrap(), limits), expected) {
-            (Ok(engine), Some(mode)) => assert_eq!(engine.memory_mode(), mode, "`{conf}`"),
+            (Ok(engine), Some(mode)) => {
+                assert_eq!(engine.memory_mode(), mode, "`{conf}`");
+                let summary = engine.memory_summary();
+                assert!(
+                    summary.contains(&format!("memory mode: {}", mode.name())),
+                    "`{conf}`: {summary}"
+                );
+                // Pages mode adds what mapping has done; segments mode counts segments.
+                assert_eq!(
+                    summary.contains("pages mapped:"),
+                    mode == MemoryMode::Pages,
+                    "`{conf}`: {summary}"
+                );
+            }
             (Err(EngineError::PagesUnavailable), None) => {}
             (other, _) => panic!("`{conf}` (can map: {can_map}): {other:?}"),
         }

@@ -381,3 +381,41 @@ fn pools_take_ranges_of_the_requests_size_when_address_space_is_short() {
     drop((small, large, served));
     pool.check_consistency().unwrap();
 }
+
+/// On a device with sparse binding (the test device), a pool of the default configuration
+/// maps pages and says so in `memory_mode_reason`, its device memory and the summary;
+/// `expandable_segments:False` keeps fixed segments and says that.
+#[test]
+fn pools_on_a_device_with_sparse_binding_map_pages_by_default() {
+    use wgpool::config::Config;
+    use wgpool::pool::{MemoryMode, Pool};
+    let ctx = gpu();
+    let pool = Pool::from_context(ctx, Config::default()).unwrap();
+    assert_eq!(pool.memory_mode(), MemoryMode::Pages);
+    assert!(
+        pool.memory_mode_reason().contains("sparse binding"),
+        "{}",
+        pool.memory_mode_reason()
+    );
+    let block = pool.alloc(3 << 20).unwrap();
+    pool.write(&block, &[7u8; 4096]).unwrap();
+    assert_eq!(pool.read(&block).unwrap()[..4096], [7u8; 4096]);
+    assert_eq!(pool.device_memory_usage().mode, MemoryMode::Pages);
+    let summary = pool.memory_summary();
+    assert!(
+        summary.contains("policy:compact, memory mode: pages")
+            && summary.contains("memory mode: pages ("),
+        "{summary}"
+    );
+
+    let fixed =
+        Pool::from_context(ctx, Config::parse("expandable_segments:False").unwrap()).unwrap();
+    assert_eq!(fixed.memory_mode(), MemoryMode::Segments);
+    assert!(
+        fixed
+            .memory_summary()
+            .contains("memory mode: segments (expandable_segments:False)"),
+        "{}",
+        fixed.memory_summary()
+    );
+}

@@ -549,4 +549,54 @@ mod tests {
         let cap = OPTIONS.iter().find(|o| o.key == "memory_limit_mb").unwrap();
         assert!(cap.allowed.contains(&MAX_CAP_MB.to_string()));
     }
+
+    /// The table's default column (the README's, and `wgpool options`') is what the parser
+    /// gives under each policy: one value, written first (words in brackets may follow), or
+    /// where the policies differ, each value with its policy.
+    #[test]
+    fn stated_defaults_are_the_parsers() {
+        for option in OPTIONS {
+            let stated = option.default.replace('`', "");
+            if option.key == "policy" {
+                assert_eq!(stated, (option.render)(&Config::default()));
+                continue;
+            }
+            let values: Vec<(Policy, String)> = [Policy::Compact, Policy::Pytorch]
+                .into_iter()
+                .map(|policy| {
+                    let config = Config {
+                        policy,
+                        ..Config::default()
+                    };
+                    // Unset, `expandable_segments` is the policy's default.
+                    let value = if option.key == "expandable_segments" {
+                        config.expandable().name().to_string()
+                    } else {
+                        (option.render)(&config)
+                    };
+                    (policy, value)
+                })
+                .collect();
+            if values[0].1 == values[1].1 {
+                let value = &values[0].1;
+                assert!(
+                    stated == *value || stated.starts_with(&format!("{value} (")),
+                    "{}: the table says `{}`, the parser gives {value}",
+                    option.key,
+                    option.default
+                );
+            } else {
+                for (policy, value) in &values {
+                    let part = format!("{value} with policy:{}", policy.name());
+                    assert!(
+                        stated.contains(&part),
+                        "{}: the table says `{}`, the parser gives {value} under policy:{}",
+                        option.key,
+                        option.default,
+                        policy.name()
+                    );
+                }
+            }
+        }
+    }
 }
