@@ -63,8 +63,10 @@ impl Pool {
                 if let Some(log) = &mut memory.history {
                     log.block(Action::Alloc, &allocation, 0, now_us());
                 }
-                let buffer = memory.buffer(allocation.segment).clone();
-                BlockParts::new(allocation, buffer, Residency::Device)
+                let (buffer, wrapper) = memory.block_buffer(&allocation);
+                let mut parts = BlockParts::new(allocation, buffer, Residency::Device);
+                parts.wrapper = wrapper;
+                parts
             }
             Err(AllocError::OutOfMemory(mut oom)) => {
                 let held: u64 = state.held.iter().map(|parts| parts.capacity).sum();

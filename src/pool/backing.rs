@@ -7,8 +7,11 @@ use serde::Serialize;
 
 use super::error::PoolError;
 use super::segment_buffers::SegmentBuffers;
+use super::wrappers::Wrappers;
 use crate::config::{Config, ExpandableSegments};
-use crate::engine::{MemoryMode, PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError};
+use crate::engine::{
+    Allocation, MemoryMode, PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError,
+};
 use crate::format::bytes;
 use crate::gpu::sparse::{ChunkPolicy, PagedMemory, sparse_device};
 use crate::history::{Action, EventLog, now_us};
@@ -41,6 +44,10 @@ pub struct DeviceMemoryUsage {
     pub allocations: u64,
     /// `vkQueueBindSparse` calls (0 for segments).
     pub bind_calls: u64,
+    /// Times a new block overlapped freed bytes reached through different wrappers, so
+    /// that all later GPU work was ordered after all submitted work first (0 for segments;
+    /// see [`Block::buffer`](super::Block::buffer)).
+    pub wrapper_orderings: u64,
 }
 
 fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -124,6 +131,8 @@ pub(crate) struct Backing {
     /// The event log, while the pool records its history (`Pool::record_history`): segments
     /// created and released, ranges placed, pages mapped and unmapped.
     pub history: Option<EventLog>,
+    /// The wrappers blocks of page-mapped ranges are reached through (unused for segments).
+    wrappers: Wrappers,
 }
 
 /// Segment buffers, or page-mapped ranges.
@@ -137,16 +146,29 @@ impl Backing {
         Backing {
             source,
             history: None,
+            wrappers: Wrappers::default(),
         }
     }
 
-    /// The buffer of a live segment or range.
-    pub fn buffer(&self, id: SegmentId) -> &wgpu::Buffer {
-        match &self.source {
-            Source::Segments(segments) => segments.buffer(id),
-            Source::Pages(pages) => pages
-                .buffer(id.0)
-                .expect("the engine only hands out live ranges"),
+    /// The buffer a new device block is reached through, and the index of that wrapper:
+    /// the segment's buffer, or in pages mode one of its range's wrappers, chosen by the rule
+    /// in [`wrappers`](super::wrappers) (which may order GPU work first).
+    pub fn block_buffer(&mut self, allocation: &Allocation) -> (wgpu::Buffer, u32) {
+        match &mut self.source {
+            Source::Segments(segments) => (segments.buffer(allocation.segment).clone(), 0),
+            Source::Pages(pages) => self.wrappers.assign(
+                pages,
+                allocation.segment.0,
+                allocation.offset,
+                allocation.block_size,
+            ),
+        }
+    }
+
+    /// Notes a device block freed to the engine (before the engine frees it).
+    pub fn block_freed(&mut self, segment: SegmentId, offset: u64, size: u64, wrapper: u32) {
+        if let Source::Pages(_) = &self.source {
+            self.wrappers.freed(segment.0, offset, size, wrapper);
         }
     }
 
@@ -173,6 +195,7 @@ impl Backing {
                     unmap_wait_time: Duration::ZERO,
                     allocations: counters.created,
                     bind_calls: 0,
+                    wrapper_orderings: 0,
                 }
             }
             Source::Pages(pages) => {
@@ -187,6 +210,7 @@ impl Backing {
                     unmap_wait_time: counters.unmap_wait_time,
                     allocations: counters.chunks.allocations,
                     bind_calls: counters.bind_calls,
+                    wrapper_orderings: self.wrappers.orderings,
                 }
             }
         }
@@ -252,6 +276,7 @@ impl SegmentSource for Backing {
         if let Some(log) = &mut self.history {
             log.unplace(id);
         }
+        self.wrappers.released(id.0);
         self.source().release_range(id, size);
     }
 

@@ -1,7 +1,8 @@
 //! Binding blocks: one binding, a binding resource, layout entries, and a checked bind group.
 //!
-//! Pool blocks share segment buffers (with page-mapped pools, one buffer holds every block).
-//! wgpu forbids one buffer from being read-only storage (or uniform) and read-write storage
+//! Pool blocks share segment buffers. In pages mode every block lies in its range's one
+//! Vulkan buffer, reached through wgpu wrappers that live blocks mostly do not share (see
+//! [`Block::buffer`]), but two blocks may still come through one wrapper. wgpu forbids one buffer from being read-only storage (or uniform) and read-write storage
 //! in the same dispatch, so a kernel whose inputs are declared `var<storage, read>` and whose
 //! output is `var<storage, read_write>` fails validation as soon as an input and the output
 //! are blocks of one pool. Two shapes work:

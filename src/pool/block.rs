@@ -27,6 +27,8 @@ pub(crate) struct BlockParts {
     /// The pool's submission epoch when the block was last exposed (a binding, operand,
     /// slice or buffer taken); 0 if never since it was handed out.
     pub exposed_in: AtomicU64,
+    /// Which of its range's wrappers `buffer` is (pages mode; 0 otherwise).
+    pub wrapper: u32,
 }
 
 impl BlockParts {
@@ -35,6 +37,7 @@ impl BlockParts {
             residency,
             generation: 0,
             exposed_in: AtomicU64::new(0),
+            wrapper: 0,
             label: None,
             id: allocation.block,
             buffer,
@@ -88,9 +91,19 @@ impl Block {
         }
     }
 
-    /// The segment buffer that holds the block. Other blocks share it: use
-    /// [`binding`](Block::binding), [`operand`](Block::operand) or [`slice`](Block::slice)
-    /// to reach the block's own bytes.
+    /// The buffer the block is reached through: its segment buffer, or in pages mode one
+    /// of the wgpu wrappers of its page-mapped range (the same Vulkan buffer wrapped several
+    /// times, so that dispatches on different blocks need no barrier between them; see
+    /// [`DeviceMemoryUsage::wrapper_orderings`](super::DeviceMemoryUsage)). Other blocks may
+    /// share it: use [`binding`](Block::binding), [`operand`](Block::operand) or
+    /// [`slice`](Block::slice) to reach the block's own bytes. Every access the pool makes
+    /// (reads, writes, moves, kernels) goes through this buffer, and the block keeps it for
+    /// its life (a move changes it, with the generation).
+    ///
+    /// In pages mode the pool keeps reuse ordered across wrappers: a new block on freed
+    /// bytes takes the wrapper of their previous occupant, or, where the bytes were reached
+    /// through several wrappers, the pool first orders all later GPU work after all
+    /// submitted work.
     ///
     /// Counts as exposing the block (see [`FreeTiming`](super::FreeTiming)).
     pub fn buffer(&self) -> &wgpu::Buffer {

@@ -50,6 +50,7 @@ mod reuse_cache;
 mod segment_buffers;
 mod stats;
 mod submission;
+mod wrappers;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -73,8 +73,9 @@ impl Pool {
                     other => MoveError::Alloc(other),
                 })?
         };
-        let buffer = state.memory.buffer(allocation.segment).clone();
+        let (buffer, wrapper) = state.memory.block_buffer(&allocation);
         let mut target = BlockParts::new(allocation, buffer, Residency::Device);
+        target.wrapper = wrapper;
         let bindable = state.host.as_ref().is_some_and(|h| h.bindable);
         let copied = if bindable {
             self.dma(block.parts(), &target)

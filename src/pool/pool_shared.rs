@@ -229,6 +229,9 @@ pub(crate) fn free_to_engine(state: &mut PoolState, parts: BlockParts) {
     }
     let freed = match parts.residency {
         Residency::Device => {
+            state
+                .memory
+                .block_freed(parts.segment, parts.offset, parts.capacity, parts.wrapper);
             if let Some(log) = &mut state.memory.history
                 && let Some(allocation) = state.engine.allocation(parts.id)
             {

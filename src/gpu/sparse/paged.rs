@@ -32,6 +32,11 @@ pub struct PagedCounters {
     pub mapped_bytes_total: u64,
     /// Bytes unbound over the memory's life.
     pub unmapped_bytes_total: u64,
+    /// Orderings of all later GPU work after all earlier work
+    /// ([`order_after_submitted`](PagedMemory::order_after_submitted)).
+    pub orderings: u64,
+    /// CPU time spent in them (the GPU waits where binds are not ordered on the GPU).
+    pub ordering_time: Duration,
 }
 
 impl PagedCounters {
@@ -266,6 +271,30 @@ impl PagedMemory {
         let label = format!("{} range {id} alias", self.label);
         let state = self.ranges[id as usize].as_mut().expect("checked live");
         Ok(state.range.alias(&self.device, &label))
+    }
+
+    /// Orders every GPU submission made from now on after every submission made before,
+    /// with a full memory dependency, whatever buffers or wrappers they use. Where the
+    /// device orders binds on the GPU (timeline semaphores), the CPU does not wait: an empty
+    /// submission signals the GPU timeline and wgpu's next submission waits for it. Elsewhere
+    /// the CPU waits until the GPU has finished everything submitted so far.
+    ///
+    /// Commands recorded but not yet submitted are not covered.
+    pub fn order_after_submitted(&mut self) {
+        let start = Instant::now();
+        match self.sparse.inner.timelines.as_ref() {
+            Some(timelines) => timelines.gpu_barrier(&self.queue),
+            None => {
+                let index = self.queue.submit(std::iter::empty());
+                // A device lost or timed out leaves nothing running to wait for.
+                let _ = self.device.poll(wgpu::PollType::Wait {
+                    submission_index: Some(index),
+                    timeout: None,
+                });
+            }
+        }
+        self.counters.orderings += 1;
+        self.counters.ordering_time += start.elapsed();
     }
 
     /// Whether every page of `offset..offset + len` of range `id` is mapped.

@@ -91,6 +91,18 @@ impl Timelines {
         *last
     }
 
+    /// Orders all work submitted to wgpu's queue from now on after all work submitted before:
+    /// an empty submission signals the GPU timeline, and wgpu's next submission waits for
+    /// that value at every stage. A semaphore signal and wait carry a full memory
+    /// dependency, so this orders accesses to any buffer, whichever wgpu wrapper reached it.
+    pub fn gpu_barrier(&self, queue: &wgpu::Queue) {
+        let value = self.gpu_done(queue);
+        // SAFETY: as in `gpu_waits_for_bind`; the value was submitted to be signaled above.
+        if let Some(hal) = unsafe { queue.as_hal::<Vulkan>() } {
+            hal.add_wait_semaphore(self.gpu, Some(value), vk::PipelineStageFlags::ALL_COMMANDS);
+        }
+    }
+
     /// The GPU timeline semaphore.
     pub fn gpu(&self) -> vk::Semaphore {
         self.gpu

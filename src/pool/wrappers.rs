@@ -1,0 +1,213 @@
+//! Which wgpu buffer each block of a page-mapped range is reached through.
+//!
+//! wgpu tracks usage per `wgpu::Buffer`: a kernel that writes a block is a read-write use of
+//! the whole buffer, and the next read-write use of that buffer in the same pass gets a
+//! pipeline barrier, which on Vulkan waits for *all* earlier compute work. A pages-mode pool
+//! whose blocks all went through the range's one buffer paid a barrier between any two
+//! dispatches (12.7x on an H200 for 1,000 fills of 64 KiB). So each range has several
+//! *wrappers* (the same `VkBuffer` wrapped again for wgpu, tracked apart; see
+//! [`PagedMemory::alias_buffer`]), and a block is handed out through one of them.
+//!
+//! A barrier waits for all earlier work whatever buffer it names, so a few wrappers shared
+//! round-robin do not help a long pass: once a wrapper comes round again, every dispatch
+//! pays one. What helps is that no two live blocks share a wrapper. So a block gets a
+//! wrapper no live block of its range uses (the most recently idled one), and a new one is
+//! made when none is idle, up to [`MAX_WRAPPERS`] per range; past that, wrappers are shared
+//! round-robin (correct, only slower).
+//!
+//! # The rule that keeps reuse safe
+//!
+//! wgpu orders nothing between accesses to the same bytes through two different wrappers.
+//! So when freed bytes go to a new block, the work of their previous occupant must be
+//! ordered before the new block's work some other way:
+//!
+//! - every freed extent is recorded with the wrapper that reached it (*pending*);
+//! - a new block that overlaps no pending extent takes any wrapper;
+//! - a new block whose overlapped pending extents were all reached through one wrapper
+//!   takes that wrapper: wgpu then orders the old and new work itself, as for any buffer
+//!   (barriers within a command buffer, and between submissions);
+//! - a new block whose overlapped pending extents disagree first orders all later GPU work
+//!   after all submitted work ([`PagedMemory::order_after_submitted`]: a semaphore barrier
+//!   on the GPU, or a CPU wait where binds are not ordered on the GPU); that settles every
+//!   pending extent of every range, and the block takes any wrapper.
+//!
+//! The ordering covers submitted work only. That is enough because a block is freed to the
+//! engine only once the commands recorded with it are submitted: under
+//! [`FreeTiming::AfterSubmit`](super::FreeTiming) the pool holds it back until the
+//! submission point, and [`FreeTiming::AtDrop`](super::FreeTiming) is the caller's promise
+//! to drop only after submitting. A block dropped before its commands are submitted under
+//! `AtDrop` is still ordered with a new block on its bytes when that block takes its wrapper
+//! (the second case), which is what a single reused block always gets.
+//!
+//! The reuse cache hands a parked block out again with its wrapper, untouched: it never left
+//! its bytes.
+
+use std::collections::BTreeMap;
+
+use crate::gpu::sparse::PagedMemory;
+
+/// Most wrappers made for one range; past it, live blocks share wrappers round-robin.
+pub const MAX_WRAPPERS: usize = 1024;
+
+/// The wrappers of every range of a page-mapped pool and the extents whose previous
+/// occupant's work may still run.
+#[derive(Default)]
+pub(crate) struct Wrappers {
+    ranges: Vec<Option<RangeWrappers>>,
+    /// Extents settled by ordering all later GPU work after all submitted work.
+    pub orderings: u64,
+}
+
+#[derive(Default)]
+struct RangeWrappers {
+    /// Wrapper 0 is the range's own buffer; more are made on demand.
+    buffers: Vec<wgpu::Buffer>,
+    /// Live blocks (parked ones included) per wrapper.
+    users: Vec<u32>,
+    /// Wrappers that had no user when pushed; an entry whose wrapper has users again is
+    /// stale and skipped.
+    idle: Vec<u32>,
+    /// Freed extents not yet settled: start -> (end, wrapper).
+    pending: BTreeMap<u64, (u64, u32)>,
+    /// The next wrapper to share once [`MAX_WRAPPERS`] are made.
+    next_shared: u32,
+}
+
+impl Wrappers {
+    /// The wrapper (and its index) a new block at `offset..offset + size` of range `id`
+    /// goes through, following the module's rule.
+    pub fn assign(
+        &mut self,
+        pages: &mut PagedMemory,
+        id: u32,
+        offset: u64,
+        size: u64,
+    ) -> (wgpu::Buffer, u32) {
+        let slot = id as usize;
+        if self.ranges.len() <= slot {
+            self.ranges.resize_with(slot + 1, || None);
+        }
+        if self.ranges[slot].is_none() {
+            let own = pages
+                .buffer(id)
+                .expect("the engine places blocks in live ranges")
+                .clone();
+            self.ranges[slot] = Some(RangeWrappers {
+                buffers: vec![own],
+                users: vec![0],
+                idle: vec![0],
+                ..RangeWrappers::default()
+            });
+        }
+        let end = offset + size;
+        let range = self.ranges[slot].as_mut().expect("just made");
+        let previous = range.take_pending(offset, end);
+        let chosen = match previous {
+            Previous::None => None,
+            Previous::One(wrapper) => Some(wrapper),
+            Previous::Several => {
+                pages.order_after_submitted();
+                self.orderings += 1;
+                for range in self.ranges.iter_mut().flatten() {
+                    range.pending.clear();
+                }
+                None
+            }
+        };
+        let range = self.ranges[slot].as_mut().expect("just made");
+        let wrapper = match chosen {
+            Some(wrapper) => wrapper,
+            None => range.unused(pages, id),
+        };
+        range.users[wrapper as usize] += 1;
+        (range.buffers[wrapper as usize].clone(), wrapper)
+    }
+
+    /// Notes that the block at `offset..offset + size` of range `id`, reached through
+    /// `wrapper`, was freed: its extent is pending until settled.
+    pub fn freed(&mut self, id: u32, offset: u64, size: u64, wrapper: u32) {
+        let Some(range) = self.ranges.get_mut(id as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if let Some(users) = range.users.get_mut(wrapper as usize) {
+            *users = users.saturating_sub(1);
+            if *users == 0 {
+                range.idle.push(wrapper);
+                if range.idle.len() > 2 * range.buffers.len() + 16 {
+                    let users = &range.users;
+                    range.idle.retain(|&w| users[w as usize] == 0);
+                    range.idle.sort_unstable();
+                    range.idle.dedup();
+                }
+            }
+        }
+        // A live block's bytes carry no pending extent (its allocation took them), so
+        // nothing overlaps the new one.
+        range.pending.insert(offset, (offset + size, wrapper));
+    }
+
+    /// Forgets range `id`, released: its wrappers are destroyed with it.
+    pub fn released(&mut self, id: u32) {
+        if let Some(slot) = self.ranges.get_mut(id as usize) {
+            *slot = None;
+        }
+    }
+}
+
+/// The wrappers that reached the pending extents a new block overlaps.
+enum Previous {
+    None,
+    One(u32),
+    Several,
+}
+
+impl RangeWrappers {
+    /// Removes the pending extents overlapping `start..end` (cutting the ones that stick
+    /// out) and says which wrappers reached them.
+    fn take_pending(&mut self, start: u64, end: u64) -> Previous {
+        let mut found = Previous::None;
+        let mut cut = Vec::new();
+        for (&at, &(until, wrapper)) in self.pending.range(..end).rev() {
+            if until <= start {
+                // Extents never overlap, so none further left reaches `start`.
+                break;
+            }
+            cut.push((at, until, wrapper));
+        }
+        for (at, until, wrapper) in cut {
+            self.pending.remove(&at);
+            if at < start {
+                self.pending.insert(at, (start, wrapper));
+            }
+            if until > end {
+                self.pending.insert(end, (until, wrapper));
+            }
+            found = match found {
+                Previous::None => Previous::One(wrapper),
+                Previous::One(w) if w == wrapper => Previous::One(w),
+                _ => Previous::Several,
+            };
+        }
+        found
+    }
+
+    /// A wrapper no live block uses: the last one idled, or a new one; past
+    /// [`MAX_WRAPPERS`] (or if wgpu refuses a new one), one shared round-robin.
+    fn unused(&mut self, pages: &mut PagedMemory, id: u32) -> u32 {
+        while let Some(wrapper) = self.idle.pop() {
+            if self.users[wrapper as usize] == 0 {
+                return wrapper;
+            }
+        }
+        if self.buffers.len() < MAX_WRAPPERS
+            && let Ok(buffer) = pages.alias_buffer(id)
+        {
+            self.buffers.push(buffer);
+            self.users.push(0);
+            return (self.buffers.len() - 1) as u32;
+        }
+        let wrapper = self.next_shared % self.buffers.len() as u32;
+        self.next_shared = self.next_shared.wrapping_add(1);
+        wrapper
+    }
+}

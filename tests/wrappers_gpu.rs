@@ -1,0 +1,152 @@
+//! Pages-mode blocks reached through several wgpu wrappers of their range: live blocks get
+//! wrappers of their own, and bytes reused by a new block stay ordered with the work of
+//! their previous occupant (the same wrapper, or all later GPU work ordered after all
+//! submitted work). Needs a device that maps pages (lavapipe >= 25 in CI).
+
+mod common;
+
+use wgpool::config::Config;
+use wgpool::kernels::{KernelCall, Kernels};
+use wgpool::pool::{Block, FreeTiming, MemoryMode, Pool, PoolOptions};
+
+const BLOCK: u64 = 64 << 10;
+
+fn pages_pool(free_timing: FreeTiming) -> Pool {
+    let gpu = common::gpu();
+    let options = PoolOptions::default().with_free_timing(free_timing);
+    let pool = Pool::with_options(
+        gpu.device(),
+        gpu.queue(),
+        Config::parse("expandable_segments:True").unwrap(),
+        options,
+    )
+    .unwrap();
+    assert_eq!(pool.memory_mode(), MemoryMode::Pages);
+    pool
+}
+
+fn words(pool: &Pool, block: &Block) -> Vec<u32> {
+    bytemuck::pod_collect_to_vec(&pool.read(block).unwrap())
+}
+
+/// Whether `block` overlaps `offset..offset + capacity` of its range.
+fn overlaps(block: &Block, offset: u64, capacity: u64) -> bool {
+    block.offset() < offset + capacity && offset < block.offset() + block.capacity()
+}
+
+/// Fills `block` with `word` in a pass of `encoder`.
+fn record_fill(kernels: &Kernels, encoder: &mut wgpu::CommandEncoder, block: &Block, word: u32) {
+    let prepared = kernels
+        .prepare(&KernelCall::fill(block.operand(), word))
+        .unwrap();
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+    prepared.record_in_pass(&mut pass);
+}
+
+#[test]
+fn live_blocks_get_wrappers_of_their_own() {
+    let pool = pages_pool(FreeTiming::AfterSubmit);
+    let blocks: Vec<Block> = (0..12).map(|_| pool.alloc(BLOCK).unwrap()).collect();
+    assert!(blocks.iter().all(|b| b.segment() == blocks[0].segment()));
+    for (i, a) in blocks.iter().enumerate() {
+        for b in &blocks[i + 1..] {
+            assert_ne!(
+                a.buffer(),
+                b.buffer(),
+                "blocks {a:?} and {b:?} share a wrapper"
+            );
+        }
+    }
+    // A dropped block's wrapper goes to the next block, not to a live one's.
+    pool.mark_submitted();
+    let idle = blocks[5].buffer().clone();
+    let mut blocks = blocks;
+    drop(blocks.remove(5));
+    pool.mark_submitted();
+    let next = pool.alloc_labeled(3 * BLOCK, "elsewhere").unwrap();
+    assert_eq!(next.buffer(), &idle);
+    assert!(blocks.iter().all(|b| b.buffer() != next.buffer()));
+    assert_eq!(pool.device_memory_usage().wrapper_orderings, 0);
+}
+
+#[test]
+fn reused_bytes_stay_ordered_across_wrappers() {
+    let gpu = common::gpu();
+    let pool = pages_pool(FreeTiming::AtDrop);
+    let kernels = Kernels::new(gpu.device(), gpu.queue());
+    let left = pool.alloc(BLOCK).unwrap();
+    let a = pool.alloc_labeled(BLOCK, "a").unwrap();
+    let right = pool.alloc(BLOCK).unwrap();
+    let spare = pool.alloc(4 * BLOCK).unwrap();
+    kernels
+        .run(&KernelCall::fill(left.operand(), 0x1111_1111))
+        .unwrap();
+    kernels
+        .run(&KernelCall::fill(right.operand(), 0x3333_3333))
+        .unwrap();
+    let (a_wrapper, a_offset, a_capacity) = (a.buffer().clone(), a.offset(), a.capacity());
+
+    // A is written, freed before the encoder is submitted, and B on A's bytes is written in
+    // the same encoder: B must come through A's wrapper, so that wgpu orders the two.
+    let mut encoder = gpu.device().create_command_encoder(&Default::default());
+    record_fill(&kernels, &mut encoder, &a, 0xAAAA_AAAA);
+    drop(a);
+    // The spare's wrapper becomes the most recently idle one: a pool that ignored A's
+    // pending bytes would hand it to B.
+    let spare_wrapper = spare.buffer().clone();
+    drop(spare);
+    let b = pool.alloc_labeled(BLOCK / 2, "b").unwrap();
+    assert_ne!(spare_wrapper, a_wrapper);
+    assert!(overlaps(&b, a_offset, a_capacity), "B reuses A's bytes");
+    assert_eq!(b.buffer(), &a_wrapper, "B takes the wrapper A's work used");
+    assert_ne!(b.buffer(), left.buffer());
+    record_fill(&kernels, &mut encoder, &b, 0xBBBB_BBBB);
+    pool.submit([encoder.finish()]);
+    assert!(words(&pool, &b).iter().all(|&w| w == 0xBBBB_BBBB));
+
+    // The next submission writes B again.
+    kernels
+        .run(&KernelCall::fill(b.operand(), 0xCCCC_CCCC))
+        .unwrap();
+    assert!(words(&pool, &b).iter().all(|&w| w == 0xCCCC_CCCC));
+    assert!(words(&pool, &left).iter().all(|&w| w == 0x1111_1111));
+    assert!(words(&pool, &right).iter().all(|&w| w == 0x3333_3333));
+    assert_eq!(pool.device_memory_usage().wrapper_orderings, 0);
+}
+
+#[test]
+fn bytes_of_several_wrappers_are_ordered_before_reuse() {
+    let gpu = common::gpu();
+    let pool = pages_pool(FreeTiming::AfterSubmit);
+    let kernels = Kernels::new(gpu.device(), gpu.queue());
+    let first = pool.alloc(BLOCK).unwrap();
+    let second = pool.alloc(BLOCK).unwrap();
+    let guard = pool.alloc(BLOCK).unwrap();
+    assert_eq!(second.offset(), first.offset() + first.capacity());
+    assert_ne!(first.buffer(), second.buffer());
+    kernels
+        .run(&KernelCall::fill(guard.operand(), 0x5A5A_5A5A))
+        .unwrap();
+    let mut encoder = gpu.device().create_command_encoder(&Default::default());
+    record_fill(&kernels, &mut encoder, &first, 1);
+    record_fill(&kernels, &mut encoder, &second, 2);
+    let (start, span) = (first.offset(), 2 * BLOCK);
+    drop((first, second));
+    pool.submit([encoder.finish()]);
+
+    // A block over both: reached through two wrappers, so the pool orders GPU work first.
+    let both = pool.alloc_labeled(2 * BLOCK, "both").unwrap();
+    assert!(overlaps(&both, start, span));
+    assert_eq!(pool.device_memory_usage().wrapper_orderings, 1);
+    kernels.run(&KernelCall::fill(both.operand(), 3)).unwrap();
+    assert!(words(&pool, &both).iter().all(|&w| w == 3));
+    assert!(words(&pool, &guard).iter().all(|&w| w == 0x5A5A_5A5A));
+
+    // That settled every freed extent: reuse after it needs no further ordering.
+    let freed_offset = both.offset();
+    drop(both);
+    pool.mark_submitted();
+    let again = pool.alloc_labeled(BLOCK, "again").unwrap();
+    assert!(overlaps(&again, freed_offset, span));
+    assert_eq!(pool.device_memory_usage().wrapper_orderings, 1);
+}
