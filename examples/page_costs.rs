@@ -4,8 +4,10 @@
 //!   it, in one call and in 20 MiB steps) against `create_buffer` of the same size;
 //! - `dispatches`: `--dispatches` small independent kernels (a fill of `--block-kib` KiB
 //!   each), in one compute pass, on blocks of one page-mapped range, on blocks of one plain
-//!   buffer, on blocks in separate buffers (separate segments), and on blocks of one range
-//!   reached through a wrapper each (aliases, which wgpu tracks apart).
+//!   buffer, on blocks in separate buffers (separate segments), on blocks of one range
+//!   reached through a wrapper each (aliases, which wgpu tracks apart) and through 16
+//!   wrappers taken in turn, and on blocks of a pool in each mode (`expandable_segments:True`,
+//!   whose blocks reach their range through the pool's wrappers, and `False`).
 //!
 //! wgpu tracks usage per buffer: a kernel writing a block is a read-write use of the whole
 //! buffer, so consecutive dispatches on blocks of one buffer get a barrier between them,
@@ -18,10 +20,12 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde::Serialize;
 use wgpool::bench::timing::{RunCounts, Timer, median};
+use wgpool::config::Config;
 use wgpool::gpu::scope::catch;
 use wgpool::gpu::sparse::{ChunkPolicy, PagedMemory};
 use wgpool::gpu::{GpuContext, HeadlessOptions};
 use wgpool::kernels::{KernelCall, KernelError, Kernels, Operand, PreparedKernel};
+use wgpool::pool::{Block, MemoryMode, Pool};
 
 #[derive(Parser)]
 struct Args {
@@ -86,9 +90,21 @@ struct Dispatches {
     one_plain_buffer_us: f64,
     separate_buffers_us: f64,
     one_range_aliases_us: f64,
+    /// Blocks of one range through 16 wrappers in turn: a wrapper seen again in the pass
+    /// gets a barrier, which waits for all earlier work.
+    one_range_16_aliases_us: f64,
+    /// Blocks of a page-mapped pool (`expandable_segments:True`), through its wrappers.
+    pool_pages_us: f64,
+    /// Blocks of a fixed-segment pool (`expandable_segments:False`).
+    pool_segments_us: f64,
     /// `one_range_us / separate_buffers_us`: above 1.05, sharing one buffer costs.
     one_range_over_separate: f64,
     one_range_aliases_over_separate: f64,
+    one_range_16_aliases_over_separate: f64,
+    pool_pages_over_separate: f64,
+    pool_segments_over_separate: f64,
+    /// Wrappers the page-mapped pool's blocks came through (distinct buffers).
+    pool_pages_wrappers: usize,
 }
 
 const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
@@ -208,6 +224,25 @@ fn measure_dispatches(
     let aliases: Vec<wgpu::Buffer> = (0..count)
         .map(|_| memory.alias_buffer(0))
         .collect::<Result<_, _>>()?;
+    let pool_blocks =
+        |conf: &str, mode: MemoryMode| -> Result<Vec<Block>, Box<dyn std::error::Error>> {
+            let pool = Pool::from_context(gpu, Config::parse(conf)?)?;
+            if pool.memory_mode() != mode {
+                return Err(format!("{conf} gave a {:?} pool", pool.memory_mode()).into());
+            }
+            Ok((0..count)
+                .map(|_| pool.alloc(block))
+                .collect::<Result<_, _>>()?)
+        };
+    let pages_blocks = pool_blocks("expandable_segments:True", MemoryMode::Pages)?;
+    let segment_blocks = pool_blocks("expandable_segments:False", MemoryMode::Segments)?;
+    let mut pool_wrappers: Vec<&wgpu::Buffer> = Vec::new();
+    for buffer in pages_blocks.iter().map(Block::buffer) {
+        if !pool_wrappers.contains(&buffer) {
+            pool_wrappers.push(buffer);
+        }
+    }
+    let pool_pages_wrappers = pool_wrappers.len();
     let make = |size: u64| {
         device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("page_costs"),
@@ -248,6 +283,13 @@ fn measure_dispatches(
                 .map(|i| Operand::new(&aliases[i], at(i), block))
                 .collect(),
         )?,
+        prepare(
+            (0..count)
+                .map(|i| Operand::new(&aliases[i % 16], at(i), block))
+                .collect(),
+        )?,
+        prepare(pages_blocks.iter().map(Block::operand).collect())?,
+        prepare(segment_blocks.iter().map(Block::operand).collect())?,
     ];
     let timer = Timer::new(device, gpu.queue(), false);
     let counts = RunCounts {
@@ -278,7 +320,14 @@ fn measure_dispatches(
         one_plain_buffer_us: medians[1],
         separate_buffers_us: medians[2],
         one_range_aliases_us: medians[3],
+        one_range_16_aliases_us: medians[4],
+        pool_pages_us: medians[5],
+        pool_segments_us: medians[6],
         one_range_over_separate: medians[0] / medians[2],
         one_range_aliases_over_separate: medians[3] / medians[2],
+        one_range_16_aliases_over_separate: medians[4] / medians[2],
+        pool_pages_over_separate: medians[5] / medians[2],
+        pool_segments_over_separate: medians[6] / medians[2],
+        pool_pages_wrappers,
     })
 }
