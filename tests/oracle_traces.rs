@@ -17,7 +17,7 @@ use wgpool::trace::{Outcome, ReplayOptions, Trace, parse_trace, replay};
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/oracle");
 
 /// Every pair in tests/data/oracle.
-const PAIRS: [&str; 7] = [
+const PAIRS: [&str; 10] = [
     "resnet50_bs_cycle.default",
     "resnet50_bs_cycle.mss128",
     "gpt2_serving.rplist",
@@ -25,6 +25,9 @@ const PAIRS: [&str; 7] = [
     "mlp_small.cap",
     "random_wide.gc_cap",
     "vit_bf16.mixed_cap",
+    "resnet50_bs_cycle.expandable",
+    "gpt2_serving.expandable_cap",
+    "mlp_small.expandable_cap",
 ];
 
 /// What tests/data/oracle/PAIR.json holds.
@@ -127,6 +130,22 @@ fn garbage_collection_under_a_cap_matches_pytorch() {
 #[test]
 fn mixed_options_under_a_cap_match_pytorch() {
     check_pair("vit_bf16.mixed_cap");
+}
+
+/// PyTorch's expandable segments: each reserved range goes where PyTorch reserved it (the
+/// first block of a fresh range sits at its start), and every block lands where PyTorch put it.
+#[test]
+fn expandable_segments_place_every_block_at_pytorchs_address() {
+    check_pair("resnet50_bs_cycle.expandable");
+}
+
+/// Expandable segments under a cap: the retry chain unmaps every idle page (one
+/// `num_sync_all_streams` each time, as PyTorch's `release_cached_blocks`), and the same
+/// allocations are refused.
+#[test]
+fn expandable_segments_under_a_cap_match_pytorch() {
+    check_pair("gpt2_serving.expandable_cap");
+    check_pair("mlp_small.expandable_cap");
 }
 
 #[test]

@@ -239,7 +239,12 @@ impl EngineState {
             self.free_segment_slots.push(slot);
             return Err(NoSegment::Source(error));
         }
-        let base = self.next_segment_base(size);
+        // The source may say where the range lives (an oracle replay puts it where PyTorch
+        // reserved it); otherwise it goes above every segment so far.
+        let base = match source.segment_address(SegmentId(slot), size, kind) {
+            Some(address) if super::segments::is_usable_base(address, size) => address,
+            _ => self.next_segment_base(size),
+        };
         self.segments[slot as usize] = SegmentRecord {
             size,
             pool: kind,
@@ -481,12 +486,15 @@ impl EngineState {
     /// unmapped and gives the memory back (`empty_cache`, and the last step of the retry
     /// chain). Blocks go in PyTorch's order: large kind, then small, each by (stream, size,
     /// address); `batched` unmaps each range's pages in one bind, else each block's in one
-    /// (as PyTorch's `unmap_block` does, counted in `num_device_free`).
+    /// (as PyTorch's `unmap_block` does, counted in `num_device_free`). Like PyTorch's
+    /// `release_cached_blocks`, it first synchronizes every stream: one
+    /// `num_sync_all_streams`.
     pub fn unmap_all_idle(
         &mut self,
         batched: bool,
         source: &mut dyn SegmentSource,
     ) -> Result<(), SourceError> {
+        self.stats.num_sync_all_streams += 1;
         let free: Vec<(u32, u64)> = [SegmentKind::Large, SegmentKind::Small]
             .iter()
             .flat_map(|kind| self.free_index[kind.index()].iter())

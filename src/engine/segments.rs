@@ -20,7 +20,7 @@ pub(crate) enum NoSegment {
 
 /// Whether a source's address for a segment of `size` bytes fits the free index: 512 B
 /// aligned, and the whole segment below [`free_index::ADDRESS_LIMIT`].
-fn is_usable_base(address: u64, size: u64) -> bool {
+pub(super) fn is_usable_base(address: u64, size: u64) -> bool {
     address % super::rounding::MIN_BLOCK_SIZE == 0
         && address
             .checked_add(size)

@@ -7,7 +7,7 @@ ORACLE_DIR (default /work/oracle) holds traces/<trace>.csv and results/<trace>.<
 as tools/oracle/run_h200.py writes them. For every pair it runs
 
     wgpool replay results/<trace>.<config>.csv --oracle --stats --json --conf <conf>
-          [--device-memory-mb 143156]
+          [--device-memory-bytes DEVICE_TOTAL_BYTES]
 
 and prints, per pair, the oracle's divergences, the memory_stats keys that differ from
 PyTorch's `torch.cuda.memory_stats()`, and a plain replay of the original trace (no --oracle:
@@ -82,9 +82,9 @@ def main():
         result = json.load(open(os.path.join(results, name + ".json")))
         torch_stats = result["memory_stats"]
         conf = wgpool_conf(config, result)
-        device_mb = None
-        if result.get("memory_fraction") is not None:
-            device_mb = result["device_total_bytes"]
+        # The device the pair was recorded on: caps are fractions of it, and PyTorch sizes
+        # each expandable segment's reserved range from it.
+        device_mb = result.get("device_total_bytes")
         torch_peak = torch_stats["reserved_bytes.all.peak"]
         plain, err = run(binary, os.path.join(root, "traces", trace + ".csv"), conf, device_mb,
                          ["--stats"])
