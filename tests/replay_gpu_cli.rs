@@ -68,6 +68,12 @@ fn replay_on_the_gpu_reports_device_memory_and_driver_time_in_both_modes() {
         );
         assert!(report["driver_time_s"].as_f64().unwrap() >= 0.0);
         assert!(report["device_allocations"].as_u64().unwrap() > 0);
+        // Memory given back is counted (none needs to be: every block is freed into the cache).
+        assert!(
+            report["device_frees"].as_u64().unwrap()
+                <= report["device_allocations"].as_u64().unwrap(),
+            "{report}"
+        );
         assert_eq!(report["num_ooms"], 0);
     }
     assert_eq!(segments["bind_calls"], 0);

@@ -42,6 +42,8 @@ pub struct DeviceMemoryUsage {
     pub unmap_wait_time: Duration,
     /// Device memory allocations made (segment buffers, or chunks).
     pub allocations: u64,
+    /// Device memory given back (segment buffers destroyed, or chunks freed).
+    pub frees: u64,
     /// `vkQueueBindSparse` calls (0 for segments).
     pub bind_calls: u64,
     /// Times a new block overlapped freed bytes reached through different wrappers, so
@@ -194,6 +196,7 @@ impl Backing {
                     bind_time: Duration::ZERO,
                     unmap_wait_time: Duration::ZERO,
                     allocations: counters.created,
+                    frees: counters.destroyed,
                     bind_calls: 0,
                     wrapper_orderings: 0,
                 }
@@ -209,6 +212,7 @@ impl Backing {
                     bind_time: counters.bind_time,
                     unmap_wait_time: counters.unmap_wait_time,
                     allocations: counters.chunks.allocations,
+                    frees: counters.chunks.frees,
                     bind_calls: counters.bind_calls,
                     wrapper_orderings: self.wrappers.orderings,
                 }

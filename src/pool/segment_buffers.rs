@@ -25,6 +25,8 @@ pub(crate) struct SegmentBuffers {
 pub(crate) struct SegmentCounters {
     /// Buffers created.
     pub created: u64,
+    /// Buffers destroyed.
+    pub destroyed: u64,
     /// Bytes of live buffers.
     pub live_bytes: u64,
     /// The peak of `live_bytes`.
@@ -104,6 +106,7 @@ impl SegmentSource for SegmentBuffers {
             let start = Instant::now();
             buffer.destroy();
             self.counters.driver_time += start.elapsed();
+            self.counters.destroyed += 1;
             self.counters.live_bytes -= size;
         }
     }

@@ -93,6 +93,8 @@ pub struct GpuReplayReport {
     pub unmap_wait_s: f64,
     /// Device memory allocations (segment buffers, or chunks).
     pub device_allocations: u64,
+    /// Device memory given back (segment buffers destroyed, or chunks freed).
+    pub device_frees: u64,
     /// `vkQueueBindSparse` calls (0 for segments).
     pub bind_calls: u64,
     /// Segments (or ranges) created and released, as the engine counts them.
@@ -206,6 +208,7 @@ pub fn replay_on_gpu(
         bind_time_s: usage.bind_time.as_secs_f64(),
         unmap_wait_s: usage.unmap_wait_time.as_secs_f64(),
         device_allocations: usage.allocations,
+        device_frees: usage.frees,
         bind_calls: usage.bind_calls,
         segments_created: stats.num_device_alloc,
         segments_released: stats.num_device_free,
