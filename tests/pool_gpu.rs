@@ -85,10 +85,12 @@ fn blocks_sharing_a_segment_keep_their_own_bytes() {
     pool.check_consistency().unwrap();
 }
 
-#[test]
-fn reuse_after_free_follows_submission_order() {
+/// A copy reads block A; A is dropped once the copy is submitted, and the next block of its
+/// size takes A's memory at once and is overwritten: the copy still saw A's bytes.
+fn reuse_after_free_follows_submission_order_in(conf: &str, mode: MemoryMode) {
     let gpu = common::gpu();
-    let pool = pool(gpu, "policy:pytorch");
+    let pool = pool(gpu, conf);
+    assert_eq!(pool.memory_mode(), mode);
     let kernels = Kernels::new(gpu.device(), gpu.queue());
     let size = 256 << 10;
     let a = pool.alloc(size).unwrap();
@@ -127,10 +129,23 @@ fn reuse_after_free_follows_submission_order() {
 }
 
 #[test]
-fn out_of_memory_under_a_cap_is_an_error_and_the_pool_recovers() {
+fn reuse_after_free_follows_submission_order() {
+    reuse_after_free_follows_submission_order_in("policy:pytorch", MemoryMode::Segments);
+}
+
+#[test]
+fn reuse_after_free_follows_submission_order_in_pages_mode() {
+    reuse_after_free_follows_submission_order_in("expandable_segments:True", MemoryMode::Pages);
+}
+
+/// Under a 64 MiB cap a second 40 MiB block is refused with a message that explains it;
+/// freed memory then serves it, and its bytes are its own.
+fn out_of_memory_under_a_cap_is_an_error_and_the_pool_recovers_in(conf: &str, mode: MemoryMode) {
     let gpu = common::gpu();
-    let pool = pool(gpu, "memory_limit_mb:64");
+    let pool = pool(gpu, &format!("{conf},memory_limit_mb:64"));
+    assert_eq!(pool.memory_mode(), mode);
     let first = pool.alloc(40 << 20).unwrap();
+    pool.write(&first, &vec![0x3C; 40 << 20]).unwrap();
     let error = pool.alloc(40 << 20).unwrap_err();
     let AllocError::OutOfMemory(oom) = &error else {
         panic!("expected out-of-memory, got {error}")
@@ -152,12 +167,38 @@ fn out_of_memory_under_a_cap_is_an_error_and_the_pool_recovers() {
     }
     assert_eq!(pool.memory_stats().num_ooms, 1);
     pool.check_consistency().unwrap();
+    assert!(
+        pool.read(&first).unwrap() == vec![0x3C; 40 << 20],
+        "the first block is intact"
+    );
     drop(first);
     let second = pool
         .alloc(40 << 20)
         .expect("allocation succeeds once memory is freed");
-    assert_eq!(pool.read(&second).unwrap().len(), 40 << 20);
+    pool.write(&second, &vec![0xC3; 40 << 20]).unwrap();
+    assert!(pool.read(&second).unwrap() == vec![0xC3; 40 << 20]);
+    let held = pool.device_memory_usage();
+    assert!(
+        held.device_bytes <= 64 << 20 && held.device_bytes_peak <= 64 << 20,
+        "device memory stays under the cap: {held:?}"
+    );
     pool.check_consistency().unwrap();
+}
+
+#[test]
+fn out_of_memory_under_a_cap_is_an_error_and_the_pool_recovers() {
+    out_of_memory_under_a_cap_is_an_error_and_the_pool_recovers_in(
+        "expandable_segments:False",
+        MemoryMode::Segments,
+    );
+}
+
+#[test]
+fn out_of_memory_under_a_cap_is_an_error_and_the_pool_recovers_in_pages_mode() {
+    out_of_memory_under_a_cap_is_an_error_and_the_pool_recovers_in(
+        "expandable_segments:True",
+        MemoryMode::Pages,
+    );
 }
 
 #[test]
@@ -272,10 +313,26 @@ fn empty_cache_frees_idle_pages_in_pages_mode() {
     pool.check_consistency().unwrap();
 }
 
-#[test]
-fn many_threads_allocate_and_free_concurrently() {
+/// The first bytes (up to 8) a thread stamps into a block: its thread and allocation count.
+fn stamp(thread: u64, count: u64, size: u64) -> Vec<u8> {
+    let mut bytes = ((thread << 48) | count).to_le_bytes().to_vec();
+    bytes.truncate(size.min(8) as usize);
+    bytes
+}
+
+/// What a thread of the many-threads test did: allocations, stamps checked, and the blocks
+/// (with their stamps) it still holds.
+type ThreadResult = (u64, u64, Vec<(Block, Vec<u8>)>);
+
+/// 4 threads x 10,000 random allocations and frees of 1 B to 4 MiB on one pool under `conf`.
+/// Every 8th block is stamped when allocated; stamps are checked when such a block of at
+/// most 256 KiB is freed and on every survivor (a block that shared bytes with another, or
+/// lost its pages, would fail), and the
+/// statistics and the placement of live blocks must agree with what the threads hold.
+fn many_threads_allocate_and_free_concurrently_in(conf: &str, mode: MemoryMode) {
     let gpu = common::gpu();
-    let pool = pool(gpu, "");
+    let pool = pool(gpu, conf);
+    assert_eq!(pool.memory_mode(), mode);
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
             let pool = pool.clone();
@@ -287,45 +344,61 @@ fn many_threads_allocate_and_free_concurrently() {
                     state ^= state << 17;
                     state
                 };
-                let mut live: Vec<Block> = Vec::new();
+                // Every 8th block is stamped (a write is a submission: stamping all would
+                // make the test 20 times slower on lavapipe).
+                let mut live: Vec<(Block, Vec<u8>)> = Vec::new();
                 let mut allocs = 0u64;
-                for _ in 0..10_000 {
+                let mut checked = 0u64;
+                for op in 0..10_000u64 {
                     if live.is_empty() || next() % 3 != 0 {
                         // 1 B to 4 MiB, log-uniform.
                         let size = 1 + (next() % (1 << (next() % 23)));
-                        live.push(pool.alloc(size).unwrap());
+                        let block = pool.alloc(size).unwrap();
+                        let stamp = if allocs % 8 == 0 {
+                            let stamp = stamp(t, allocs, size);
+                            pool.write(&block, &stamp).unwrap();
+                            stamp
+                        } else {
+                            Vec::new()
+                        };
+                        live.push((block, stamp));
                         allocs += 1;
                     } else {
                         let index = (next() % live.len() as u64) as usize;
-                        live.swap_remove(index);
+                        let (block, stamp) = live.swap_remove(index);
+                        if !stamp.is_empty() && block.size() <= 256 << 10 {
+                            let got = pool.read(&block).unwrap();
+                            assert_eq!(got[..stamp.len()], stamp[..], "thread {t}, op {op}");
+                            checked += 1;
+                        }
                     }
                     if live.len() > 64 {
                         live.drain(..32);
                     }
                 }
-                (allocs, live)
+                (allocs, checked, live)
             })
         })
         .collect();
-    let results: Vec<(u64, Vec<Block>)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let results: Vec<ThreadResult> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     let allocs: u64 = results.iter().map(|r| r.0).sum();
-    let still_live: u64 = results.iter().map(|r| r.1.len() as u64).sum();
+    let checked: u64 = results.iter().map(|r| r.1).sum();
+    assert!(checked > 100, "{checked} stamps checked in flight");
+    let blocks = || results.iter().flat_map(|r| r.2.iter());
+    for (block, stamp) in blocks().filter(|(_, stamp)| !stamp.is_empty()) {
+        assert_eq!(pool.read(block).unwrap()[..stamp.len()], stamp[..]);
+    }
+    let still_live = blocks().count() as u64;
     let stats = pool.memory_stats();
     assert_eq!(stats.allocation.all.current, still_live);
     assert_eq!(stats.allocation.all.allocated, allocs);
     assert_eq!(stats.allocation.all.freed, allocs - still_live);
-    let live_bytes: u64 = results
-        .iter()
-        .flat_map(|r| r.1.iter())
-        .map(|b| b.capacity())
-        .sum();
+    let live_bytes: u64 = blocks().map(|(b, _)| b.capacity()).sum();
     assert_eq!(stats.allocated_bytes.all.current, live_bytes);
     pool.check_consistency().unwrap();
     // No two live blocks of different threads overlap.
-    let mut ranges: Vec<(u64, u64, u64)> = results
-        .iter()
-        .flat_map(|r| r.1.iter())
-        .map(|b| (b.segment().0 as u64, b.offset(), b.offset() + b.capacity()))
+    let mut ranges: Vec<(u64, u64, u64)> = blocks()
+        .map(|(b, _)| (b.segment().0 as u64, b.offset(), b.offset() + b.capacity()))
         .collect();
     ranges.sort_unstable();
     assert!(
@@ -336,6 +409,20 @@ fn many_threads_allocate_and_free_concurrently() {
     );
     drop(results);
     assert_eq!(pool.memory_stats().allocated_bytes.all.current, 0);
+}
+
+#[test]
+fn many_threads_allocate_and_free_concurrently() {
+    many_threads_allocate_and_free_concurrently_in(
+        "expandable_segments:False",
+        MemoryMode::Segments,
+    );
+}
+
+/// Issue 10: 4 threads x 10k operations on a page-mapped pool, with data checks.
+#[test]
+fn many_threads_allocate_and_free_concurrently_in_pages_mode() {
+    many_threads_allocate_and_free_concurrently_in("expandable_segments:True", MemoryMode::Pages);
 }
 
 /// Bad requests under `conf`: zero bytes, above the largest block (whose message names where
@@ -472,16 +559,19 @@ fn pattern(seed: u32, bytes: u64) -> Vec<u8> {
 
 /// The sequence of issue 13, item 1: a kernel recorded on block A, A dropped, a new block
 /// written, then the encoder submitted with the application's own `queue.submit`.
-#[test]
-fn a_block_dropped_before_its_commands_are_submitted_keeps_its_bytes_for_them() {
+fn a_block_dropped_before_its_commands_are_submitted_keeps_its_bytes_for_them_in(
+    conf: &str,
+    mode: MemoryMode,
+) {
     let gpu = common::gpu();
     let kernels = Kernels::new(gpu.device(), gpu.queue());
     let size = 64 << 10;
     let original = pattern(11, size);
     for timing in [FreeTiming::AfterSubmit, FreeTiming::AtDrop] {
         let options = PoolOptions::default().with_free_timing(timing);
-        let config = Config::parse("policy:pytorch").unwrap();
+        let config = Config::parse(conf).unwrap();
         let pool = Pool::with_options(gpu.device(), gpu.queue(), config, options).unwrap();
+        assert_eq!(pool.memory_mode(), mode);
         let a = pool.alloc(size).unwrap();
         let out = pool.alloc(size).unwrap();
         pool.write(&a, &original).unwrap();
@@ -494,6 +584,10 @@ fn a_block_dropped_before_its_commands_are_submitted_keeps_its_bytes_for_them() 
             .unwrap();
         let (buffer, offset, capacity) = (a.buffer().clone(), a.offset(), a.capacity());
         drop(a);
+        if timing == FreeTiming::AfterSubmit {
+            // A held block is allocated: releasing the cache keeps its segment (its pages).
+            pool.empty_cache();
+        }
         let b = pool.alloc(size).unwrap();
         let reused = b.buffer() == &buffer && b.offset() == offset;
         pool.write(&b, &vec![0xEE; size as usize]).unwrap();
@@ -526,6 +620,22 @@ fn a_block_dropped_before_its_commands_are_submitted_keeps_its_bytes_for_them() 
         drop(b);
         pool.check_consistency().unwrap();
     }
+}
+
+#[test]
+fn a_block_dropped_before_its_commands_are_submitted_keeps_its_bytes_for_them() {
+    a_block_dropped_before_its_commands_are_submitted_keeps_its_bytes_for_them_in(
+        "policy:pytorch",
+        MemoryMode::Segments,
+    );
+}
+
+#[test]
+fn a_block_dropped_before_its_commands_are_submitted_keeps_its_bytes_in_pages_mode() {
+    a_block_dropped_before_its_commands_are_submitted_keeps_its_bytes_for_them_in(
+        "expandable_segments:True",
+        MemoryMode::Pages,
+    );
 }
 
 #[test]

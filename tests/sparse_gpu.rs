@@ -1,5 +1,11 @@
 //! Page mapping on the GPU (Vulkan sparse binding), on the binary's shared device: lavapipe
 //! 25 in CI (`scripts/setup-vulkan` installs it), 4 KiB pages and one queue.
+//!
+//! The page-mapped memory itself, then pools in pages mode through the `Pool` API (issue 10,
+//! item 3): data across page borders, growth and shrinking while kernels run, a block over
+//! the binding limit used through windows, short address space, and the fallback to fixed
+//! segments. Reuse in submission order, a cap reached and recovered from, and many threads
+//! run in both modes in `pool_gpu.rs`; the stress test runs in pages mode.
 
 // Page runs are arrays of byte ranges; a call with one run is an array of one range.
 #![allow(clippy::single_range_in_vec_init)]
@@ -7,9 +13,11 @@
 mod common;
 
 use common::gpu;
+use wgpool::config::Config;
 use wgpool::gpu::sparse::{ChunkPolicy, PagedMemory, sparse_device};
 use wgpool::gpu::transfer::read_region;
-use wgpool::kernels::{KernelCall, Kernels, Operand, pattern_word};
+use wgpool::kernels::{Dtype, KernelCall, Kernels, Operand, pattern_word};
+use wgpool::pool::{BindingAccess, BindingError, Block, BlockBindings, MemoryMode, Pool};
 
 const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
@@ -308,8 +316,6 @@ fn the_segment_source_holds_unmapped_memory_and_frees_what_the_engine_releases()
 /// segments, and say why in `memory_mode_reason` and the summary.
 #[test]
 fn pools_on_a_device_without_sparse_binding_use_fixed_segments() {
-    use wgpool::config::Config;
-    use wgpool::pool::{MemoryMode, Pool};
     let plain = common::own(|| {
         let adapter = gpu().adapter();
         pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -323,6 +329,29 @@ fn pools_on_a_device_without_sparse_binding_use_fixed_segments() {
     assert!(why.reason.contains("request_device"), "{why}");
     let pool = Pool::new(device, queue, Config::default()).unwrap();
     assert_eq!(pool.memory_mode(), MemoryMode::Segments);
+    let reason = pool.memory_mode_reason();
+    assert!(
+        reason.contains("expandable_segments:auto") && reason.contains(&why.reason),
+        "{reason}"
+    );
+    // Pages required on such a device: a clear error that says how to get them.
+    let refused = Pool::new(
+        device,
+        queue,
+        Config::parse("expandable_segments:True").unwrap(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            wgpool::pool::PoolError::PageMappingUnavailable { .. }
+        ),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("sparse::request_device"),
+        "{refused}"
+    );
     let block = pool.alloc(3 << 20).unwrap();
     pool.write(&block, &[9u8; 4096]).unwrap();
     assert_eq!(pool.read(&block).unwrap()[..4096], [9u8; 4096]);
@@ -330,7 +359,8 @@ fn pools_on_a_device_without_sparse_binding_use_fixed_segments() {
     assert_eq!(usage.mode, MemoryMode::Segments);
     assert_eq!(usage.device_bytes, pool.memory_reserved());
     assert_eq!(usage.allocations, 1);
-    assert!(pool.memory_summary().contains("memory mode: segments"));
+    let summary = pool.memory_summary();
+    assert!(summary.contains("memory mode: segments"), "{summary}");
 }
 
 /// Address space is one per device and shared by its pools. Where a range of the usual size
@@ -339,10 +369,8 @@ fn pools_on_a_device_without_sparse_binding_use_fixed_segments() {
 /// served once the space is given back.
 #[test]
 fn pools_take_ranges_of_the_requests_size_when_address_space_is_short() {
-    use wgpool::config::Config;
     use wgpool::engine::AllocError;
     use wgpool::gpu::{GpuContext, HeadlessOptions};
-    use wgpool::pool::{MemoryMode, Pool};
     // A device of its own: the test fills its address space.
     let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
     let ctx = &*own;
@@ -387,8 +415,6 @@ fn pools_take_ranges_of_the_requests_size_when_address_space_is_short() {
 /// `expandable_segments:False` keeps fixed segments and says that.
 #[test]
 fn pools_on_a_device_with_sparse_binding_map_pages_by_default() {
-    use wgpool::config::Config;
-    use wgpool::pool::{MemoryMode, Pool};
     let ctx = gpu();
     let pool = Pool::from_context(ctx, Config::default()).unwrap();
     assert_eq!(pool.memory_mode(), MemoryMode::Pages);
@@ -418,4 +444,264 @@ fn pools_on_a_device_with_sparse_binding_map_pages_by_default() {
         "{}",
         fixed.memory_summary()
     );
+}
+
+/// A pool on the shared device that maps pages.
+fn pages_pool() -> Pool {
+    let pool = Pool::from_context(gpu(), Config::parse("expandable_segments:True").unwrap())
+        .expect("the test device maps pages");
+    assert_eq!(pool.memory_mode(), MemoryMode::Pages);
+    pool
+}
+
+/// The words `fill_pattern` writes for `seed` over `bytes` bytes, as bytes.
+fn pattern_bytes(seed: u32, bytes: u64) -> Vec<u8> {
+    let words: Vec<u32> = (0..bytes.div_ceil(4) as u32)
+        .map(|i| pattern_word(seed, i))
+        .collect();
+    let mut out: Vec<u8> = bytemuck::cast_slice(&words).to_vec();
+    out.truncate(bytes as usize);
+    out
+}
+
+/// Blocks of odd sizes laid side by side in a page-mapped range straddle the device's 4 KiB
+/// pages (and the pool's 64 KiB and 512 KiB pages); kernels and host writes on each keep to
+/// its bytes, and a copy between two straddling blocks is exact.
+#[test]
+fn blocks_straddling_page_borders_keep_their_bytes() {
+    let ctx = gpu();
+    let pool = pages_pool();
+    let device_page = ctx.page_mapping().unwrap().page_size();
+    let kernels = Kernels::new(ctx.device(), ctx.queue());
+    let sizes: [u64; 12] = [
+        3000,
+        5000,
+        4608,
+        12_000,
+        700,
+        9000,
+        20_000,
+        1500,
+        70_000,
+        6000,
+        (1 << 20) + 3000,
+        (2 << 20) + 100,
+    ];
+    let blocks: Vec<Block> = sizes.iter().map(|&s| pool.alloc(s).unwrap()).collect();
+    let straddles = |b: &Block, page: u64| b.offset() / page != (b.offset() + b.size() - 1) / page;
+    let across = blocks.iter().filter(|b| straddles(b, device_page)).count();
+    assert!(across >= 6, "{across} blocks cross a {device_page} B page");
+    assert!(blocks.iter().any(|b| straddles(b, 64 << 10)));
+    assert!(blocks.iter().any(|b| b.offset() % device_page != 0));
+    // Even blocks are written by a kernel, odd ones from the host.
+    let mut expected = Vec::new();
+    for (i, block) in blocks.iter().enumerate() {
+        let seed = 100 + i as u32;
+        if i % 2 == 0 {
+            kernels
+                .run(&KernelCall::fill_pattern(block.operand(), seed))
+                .unwrap();
+            expected.push(pattern_bytes(seed, block.size()));
+        } else {
+            let data: Vec<u8> = (0..block.size())
+                .map(|j| (j as u32).wrapping_mul(seed) as u8)
+                .collect();
+            pool.write(block, &data).unwrap();
+            expected.push(data);
+        }
+    }
+    for (i, (block, want)) in blocks.iter().zip(&expected).enumerate() {
+        assert!(
+            pool.read(block).unwrap() == *want,
+            "block {i} of {} B at {} changed",
+            block.size(),
+            block.offset()
+        );
+    }
+    // A copy from one straddling block into another at a different page offset.
+    let (from, to) = (&blocks[2], &blocks[6]);
+    assert!(straddles(from, device_page) && straddles(to, device_page));
+    let len = from.bound_size();
+    kernels
+        .run(&KernelCall::copy(
+            Dtype::F32,
+            from.operand(),
+            Operand::new(to.buffer(), to.offset(), len),
+        ))
+        .unwrap();
+    let got = pool.read(to).unwrap();
+    assert!(got[..len as usize] == expected[2][..], "the copy");
+    assert!(
+        got[len as usize..] == expected[6][len as usize..],
+        "past the copy"
+    );
+    for (i, (block, want)) in blocks.iter().zip(&expected).enumerate() {
+        if i != 6 {
+            assert!(
+                pool.read(block).unwrap() == *want,
+                "block {i} after the copy"
+            );
+        }
+    }
+    pool.mark_submitted();
+    drop(blocks);
+    pool.check_consistency().unwrap();
+}
+
+/// Pages are mapped (growth) and unmapped with their memory freed (`empty_cache`) while
+/// kernels submitted before may still run: a block read by those kernels is dropped and
+/// its pages unmapped at once, and the kernels still read its bytes; live blocks keep
+/// theirs, and blocks placed on the memory afterwards get their own.
+#[test]
+fn growth_and_shrinking_while_kernels_run_keep_live_blocks_intact() {
+    let ctx = gpu();
+    let pool = pages_pool();
+    let kernels = Kernels::new(ctx.device(), ctx.queue());
+    const LEN: u64 = 4 << 20;
+    let live = pool.alloc(LEN).unwrap();
+    let live_bytes = pattern_bytes(1, LEN);
+    pool.write(&live, &live_bytes).unwrap();
+    let source = pool.alloc(LEN).unwrap();
+    let out = pool.alloc(LEN).unwrap();
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    kernels
+        .record(&mut encoder, &KernelCall::fill_pattern(source.operand(), 2))
+        .unwrap();
+    for _ in 0..6 {
+        kernels
+            .record(
+                &mut encoder,
+                &KernelCall::copy(Dtype::F32, source.operand(), out.operand()),
+            )
+            .unwrap();
+    }
+    pool.submit([encoder.finish()]);
+    // Shrink while the copies may run: the source's pages are unmapped and freed.
+    let before = pool.device_memory_usage();
+    drop(source);
+    pool.empty_cache();
+    let after = pool.device_memory_usage();
+    assert!(
+        after.device_bytes + LEN <= before.device_bytes,
+        "the source's memory went back: {} -> {}",
+        before.device_bytes,
+        after.device_bytes
+    );
+    assert!(after.bind_calls > before.bind_calls, "pages were unmapped");
+    // Grow while they may still run: new pages, written at once.
+    let grown: Vec<(Block, Vec<u8>)> = (0..4u32)
+        .map(|i| {
+            let size = LEN + u64::from(i) * 12_288 + 512;
+            let block = pool.alloc(size).unwrap();
+            let data = pattern_bytes(10 + i, size);
+            pool.write(&block, &data).unwrap();
+            (block, data)
+        })
+        .collect();
+    assert!(
+        pool.device_memory_usage().bind_calls > after.bind_calls,
+        "pages were mapped"
+    );
+    // Shrink again: two of the new blocks go.
+    let mut grown = grown;
+    grown.truncate(2);
+    pool.empty_cache();
+    assert!(
+        pool.read(&out).unwrap() == pattern_bytes(2, LEN),
+        "the copies read the source"
+    );
+    assert!(
+        pool.read(&live).unwrap() == live_bytes,
+        "the live block kept its bytes"
+    );
+    for (i, (block, data)) in grown.iter().enumerate() {
+        assert!(pool.read(block).unwrap() == *data, "grown block {i}");
+    }
+    pool.mark_submitted();
+    drop((live, out, grown));
+    pool.empty_cache();
+    assert_eq!(pool.device_memory_usage().device_bytes, 0);
+    pool.check_consistency().unwrap();
+}
+
+const FILL_WINDOW: &str = "
+@group(0) @binding(0) var<storage, read_write> d: array<u32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < arrayLength(&d)) {
+        d[id.x] = 0xFFFFFFFFu;
+    }
+}
+";
+
+/// A block larger than the storage binding limit, in a page-mapped range: kernels process it
+/// in windows, and an application's own bind group reaches its end through
+/// `binding_range`; every word lands where it belongs.
+#[test]
+fn a_block_over_the_binding_limit_works_through_windows_in_pages_mode() {
+    let ctx = gpu();
+    let device = ctx.device();
+    let pool = pages_pool();
+    let limit = ctx.limits().max_storage_buffer_binding_size;
+    let tail = 64u64 << 10;
+    let big = pool.alloc(limit + tail).unwrap();
+    assert!(matches!(big.binding(), Err(BindingError::TooLarge { .. })));
+    let read = |at: u64, len: u64| {
+        words(&read_region(device, ctx.queue(), big.buffer(), big.offset() + at, len).unwrap())
+    };
+    let pattern = |from: u64, len: u64| -> Vec<u32> {
+        (from / 4..(from + len) / 4)
+            .map(|i| pattern_word(5, i as u32))
+            .collect()
+    };
+    // Kernels split the block into windows of at most the limit; every window continues the
+    // global word index.
+    let kernels = Kernels::new(device, ctx.queue());
+    kernels
+        .run(&KernelCall::fill_pattern(big.operand(), 5))
+        .unwrap();
+    for at in [0, limit / 2, limit - tail, limit] {
+        assert_eq!(read(at, tail), pattern(at, tail), "64 KiB at {at}");
+    }
+    // The last 64 KiB, past the first window, through a window of the application's own.
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: None,
+        source: wgpu::ShaderSource::Wgsl(FILL_WINDOW.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: None,
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let layout = pipeline.get_bind_group_layout(0);
+    let group = BlockBindings::new()
+        .window(
+            0,
+            BindingAccess::ReadWrite,
+            big.binding_range(limit, tail).unwrap(),
+        )
+        .create_bind_group(device, &layout)
+        .unwrap();
+    let mut encoder = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups((tail / 4 / 64) as u32, 1, 1);
+    }
+    pool.submit([encoder.finish()]);
+    assert_eq!(
+        read(limit - tail, tail),
+        pattern(limit - tail, tail),
+        "before the window"
+    );
+    assert!(
+        read(limit, tail).iter().all(|&w| w == u32::MAX),
+        "the window"
+    );
+    assert_eq!(read(0, tail), pattern(0, tail), "the head");
 }

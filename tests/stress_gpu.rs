@@ -2,13 +2,15 @@
 //! with offload and prefetch, writes of any length, reads checked against a shadow copy,
 //! bindings, foreign blocks and submission points. Every byte must survive, every error must
 //! be one the API documents, the pool's consistency check must pass along the way, and
-//! nothing may stay allocated at the end. Runs on lavapipe in CI (small sizes).
+//! nothing may stay allocated at the end. Runs on lavapipe in CI (small sizes), on a
+//! page-mapped pool: pages mapped, recycled and unmapped under the cap while threads write,
+//! read and bind.
 
 mod common;
 
 use wgpool::config::Config;
 use wgpool::engine::AllocError;
-use wgpool::pool::{Block, MoveError, Pool, ReadWriteError, Residency};
+use wgpool::pool::{Block, MemoryMode, MoveError, Pool, ReadWriteError, Residency};
 
 const THREADS: u64 = 8;
 const OPS_PER_THREAD: u64 = 20_000;
@@ -181,8 +183,9 @@ fn run_thread(pool: &Pool, other: &Pool, seed: u64) -> Counts {
 #[test]
 fn eight_threads_of_random_operations_keep_every_byte_and_the_pool_consistent() {
     let gpu = common::gpu();
-    let config = Config::parse("memory_limit_mb:6,overflow:host").unwrap();
+    let config = Config::parse("memory_limit_mb:6,overflow:host,expandable_segments:True").unwrap();
     let pool = Pool::from_context(gpu, config).unwrap();
+    assert_eq!(pool.memory_mode(), MemoryMode::Pages);
     let other = Pool::from_context(gpu, Config::default()).unwrap();
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -227,6 +230,10 @@ fn eight_threads_of_random_operations_keep_every_byte_and_the_pool_consistent() 
         "only real failures count as out-of-memory"
     );
     assert!(device.reserved_bytes.all.peak <= 6 << 20);
+    let memory = pool.device_memory_usage();
+    assert!(memory.device_bytes_peak <= 6 << 20, "{memory:?}");
+    assert!(memory.bind_calls > 0);
     pool.empty_cache();
     assert_eq!(pool.memory_reserved(), 0);
+    assert_eq!(pool.device_memory_usage().device_bytes, 0);
 }
