@@ -226,3 +226,36 @@ fn the_checker_refuses_a_block_outside_live_memory() {
     assert!(!bad, "{text}");
     assert!(text.contains("FAIL"), "{text}");
 }
+
+/// A page-mapped range is reported as PyTorch reports an expandable segment: one segment per
+/// run of mapped memory, not the whole reserved address space. On the GPT-2 trace under
+/// PyTorch's expandable segments the two segments are exactly those of PyTorch 2.11's own
+/// snapshot after the same trace on an H200 (8,703,180,800 B large, 8,388,608 B small).
+#[test]
+fn page_mapped_ranges_appear_as_their_mapped_runs() {
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/gpt2-train.csv");
+    let snapshot = Temp::new("pages.pickle");
+    wgpool(&[
+        "replay",
+        trace,
+        "--conf",
+        "policy:pytorch,expandable_segments:True",
+        "--snapshot",
+        snapshot.path(),
+    ]);
+    check_with_python(snapshot.path());
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); \
+             print(sorted((s['segment_type'], s['total_size'], s['is_expandable'], \
+             sum(b['size'] for b in s['blocks'])) for s in d['segments']))",
+            snapshot.path(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "[('large', 8703180800, True, 8703180800), ('small', 8388608, True, 8388608)]"
+    );
+}

@@ -175,12 +175,16 @@ impl TorchSnapshot {
         conf: &str,
         time_unit: &'static str,
     ) -> TorchSnapshot {
-        let mut out_segments: Vec<SnapshotSegment> = segments
-            .iter()
-            .map(|segment| {
-                let base = placement.address(segment);
-                let blocks: Vec<SnapshotBlock> = segment
-                    .blocks
+        // A page-mapped range is reported as PyTorch reports an expandable segment: one
+        // segment per run of mapped blocks, holding those blocks; unmapped address space is
+        // not memory and appears nowhere. A fixed segment is one run.
+        let mut out_segments: Vec<SnapshotSegment> = Vec::with_capacity(segments.len());
+        for segment in segments {
+            let base = placement.address(segment);
+            let expandable = segment.blocks.iter().any(|b| !b.mapped);
+            for run in segment.blocks.split(|b| !b.mapped) {
+                let Some(first) = run.first() else { continue };
+                let blocks: Vec<SnapshotBlock> = run
                     .iter()
                     .map(|b| SnapshotBlock {
                         address: base + b.offset,
@@ -198,16 +202,11 @@ impl TorchSnapshot {
                         },
                     })
                     .collect();
-                let allocated: u64 = segment
-                    .blocks
-                    .iter()
-                    .filter(|b| b.allocated)
-                    .map(|b| b.size)
-                    .sum();
-                SnapshotSegment {
+                let allocated: u64 = run.iter().filter(|b| b.allocated).map(|b| b.size).sum();
+                out_segments.push(SnapshotSegment {
                     device: 0,
-                    address: base,
-                    total_size: segment.size,
+                    address: base + first.offset,
+                    total_size: run.iter().map(|b| b.size).sum(),
                     allocated_size: allocated,
                     active_size: allocated,
                     requested_size: blocks.iter().map(|b| b.requested_size).sum(),
@@ -217,12 +216,12 @@ impl TorchSnapshot {
                         SegmentKind::Large => "large",
                     },
                     segment_pool_id: (0, 0),
-                    is_expandable: false,
+                    is_expandable: expandable,
                     frames: Vec::new(),
                     blocks,
-                }
-            })
-            .collect();
+                });
+            }
+        }
         out_segments.sort_by_key(|s| s.address);
         let mut events = Vec::with_capacity(history.len() + history.len() / 2);
         for e in history.events() {
