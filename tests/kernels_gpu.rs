@@ -862,6 +862,20 @@ fn cli_info_json_lists_adapters_with_limits_and_memory() {
         Some(ctx.limits().max_storage_buffer_binding_size)
     );
     assert!(mine["features"].as_array().is_some_and(|f| !f.is_empty()));
+    // The memory mode pools get there: lavapipe 25 maps pages.
+    let facts = ctx
+        .page_mapping()
+        .expect("the test device maps pages")
+        .facts();
+    assert_eq!(mine["page_mapping"]["mode"], "pages");
+    assert_eq!(
+        mine["page_mapping"]["address_space"].as_u64(),
+        Some(facts.address_space)
+    );
+    assert_eq!(
+        mine["page_mapping"]["own_bind_queue"].as_bool(),
+        Some(facts.own_queue)
+    );
     if ctx.info().backend == wgpu::Backend::Vulkan {
         assert!(
             mine["memory"]["heaps"]
@@ -874,6 +888,27 @@ fn cli_info_json_lists_adapters_with_limits_and_memory() {
                 .is_some_and(|b| b > 0)
         );
     }
+}
+
+/// The text report names the memory mode inside each adapter's section, after its features.
+#[test]
+fn cli_info_names_the_memory_mode_of_each_adapter() {
+    let ctx = common::gpu();
+    let out = wgpool(&["info", "--adapter", &ctx.info().name]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header = text.find("adapter ").expect("an adapter section");
+    let features = text.find("  features (").expect("a feature list");
+    let address_space = ctx.page_mapping().unwrap().facts().address_space;
+    let line = format!(
+        "  memory mode   pages (Vulkan sparse binding; {} address space",
+        wgpool::format::bytes(address_space)
+    );
+    let mode = text
+        .find(&line)
+        .unwrap_or_else(|| panic!("the test device maps pages:\n{text}"));
+    assert!(header < features && features < mode, "{text}");
+    assert_eq!(text.matches("memory mode").count(), 1, "{text}");
 }
 
 #[test]

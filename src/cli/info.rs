@@ -314,8 +314,9 @@ fn render_adapter(r: &AdapterReport) -> String {
     for chunk in r.features.chunks(3) {
         println(format!("    {}", chunk.join(", ")));
     }
+    // Into the adapter's own text (it once went straight to stdout, ahead of its adapter).
     match (&r.page_mapping.support, &r.page_mapping.reason) {
-        (Some(s), _) => println!(
+        (Some(s), _) => println(format!(
             "  memory mode   pages (Vulkan sparse binding; {} address space; binds on {})",
             bytes(s.address_space),
             if s.own_bind_queue {
@@ -323,11 +324,11 @@ fn render_adapter(r: &AdapterReport) -> String {
             } else {
                 "wgpu's queue, serialized with its submissions"
             }
-        ),
-        (None, reason) => println!(
+        )),
+        (None, reason) => println(format!(
             "  memory mode   segments ({})",
             reason.as_deref().unwrap_or("no page mapping")
-        ),
+        )),
     }
     match &r.memory {
         None => println("  memory heaps: not available on this backend".to_string()),
