@@ -14,6 +14,7 @@ use wgpool::kernels::{
     Access, Dtype, Kernel, KernelCall, KernelError, KernelOptions, Kernels, Operand, checksum,
     pattern_word,
 };
+use wgpool::pool::MemoryMode;
 
 /// Byte value of the guard pattern that fills every buffer before a kernel runs.
 const GUARD: u8 = 0xA5;
@@ -725,17 +726,34 @@ fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
     let supported = Kernels::new(ctx.device(), ctx.queue()).supported().len() - 1; // not move
     assert_eq!(report.kernels.len(), placements * supported);
     assert_eq!(steps, placements * supported + 3);
+    // The report says what the pool placements ran: pages on this device by default.
+    let pools: Vec<(&str, MemoryMode)> = report
+        .pools
+        .iter()
+        .map(|p| (p.placement.as_str(), p.memory_mode))
+        .collect();
+    assert_eq!(
+        pools,
+        [("pool", MemoryMode::Pages), ("host", MemoryMode::Pages)]
+    );
+    for pool in &report.pools {
+        assert_eq!(pool.conf, wgpool::bench::DEFAULT_POOL_CONF);
+        assert!(
+            pool.memory_mode_reason.contains("sparse binding"),
+            "{pool:?}"
+        );
+    }
     for row in &report.kernels {
         assert!(
             row.verified && row.gbps > 0.0 && row.median_ns > 0.0,
             "{row:?}"
         );
-        // Pool operands share one segment buffer (host ones too at this size: they are
-        // small-pool blocks of one host segment): inputs are then declared read_write, but
-        // only kernels that read and write data operands need it (the result word is
-        // separate).
+        // Host operands share one host segment buffer (they are small-pool blocks at this
+        // size): inputs are then declared read_write, but only kernels that read and write
+        // data operands need it (the result word is separate). Page-mapped pool operands
+        // reach their range through wrappers of their own, so they stay read-only.
         let reads_and_writes = ["copy", "scale", "add", "triad"].contains(&row.name.as_str());
-        let expected_access = if row.placement != "raw" && reads_and_writes {
+        let expected_access = if row.placement == "host" && reads_and_writes {
             "read_write"
         } else {
             "read_only"
@@ -759,12 +777,14 @@ fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
         "adapter",
         "timing",
         "size_bytes",
+        "pools",
         "kernels",
         "moves",
         "alloc",
     ] {
         assert!(json.get(key).is_some(), "report JSON lacks {key}");
     }
+    assert_eq!(json["pools"][0]["memory_mode"], "pages");
     assert!(json["alloc"].is_null());
     for key in ["name", "backend", "device_type", "driver", "driver_info"] {
         assert!(json["adapter"][key].is_string(), "adapter.{key}");
@@ -834,6 +854,7 @@ fn cli_rejects_bad_bench_and_info_input_with_exit_code_2() {
             &["info", "--adapter", "no such adapter 7f3a"][..],
             "matches no adapter",
         ),
+        (&["bench", "--conf", "policy:fastest"][..], "--conf"),
     ] {
         let out = wgpool(args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -942,4 +963,47 @@ fn cli_bench_kernels_subset_prints_a_table() {
     assert!(stdout.contains("alloc + free of a cached"), "{stdout}");
     assert!(stdout.contains("copy_buffer_to_buffer"), "{stdout}");
     assert!(stdout.contains("seed 0x5"), "{stdout}");
+    assert!(
+        stdout.contains("pool      pages memory, conf policy:pytorch,expandable_segments:auto"),
+        "{stdout}"
+    );
+}
+
+/// `--conf` sets the pool placements' configuration, and the JSON says which memory mode
+/// they ran.
+#[test]
+fn cli_bench_conf_chooses_the_pool_placements_memory_mode() {
+    let _ = common::gpu();
+    let out = wgpool(&[
+        "bench",
+        "--quick",
+        "--size-mb",
+        "1",
+        "--kernels",
+        "copy_f32",
+        "--conf",
+        "expandable_segments:False",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bench --json");
+    let pools = json["pools"].as_array().expect("pools");
+    assert_eq!(pools.len(), 2, "{pools:?}");
+    for pool in pools {
+        assert_eq!(pool["memory_mode"], "segments", "{pool}");
+        assert_eq!(pool["conf"], "expandable_segments:False", "{pool}");
+        assert_eq!(
+            pool["memory_mode_reason"], "expandable_segments:False",
+            "{pool}"
+        );
+    }
+    let rows = json["kernels"].as_array().expect("kernels");
+    assert!(
+        rows.iter()
+            .any(|r| r["placement"] == "pool" && r["verified"] == true)
+    );
 }

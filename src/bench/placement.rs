@@ -75,6 +75,13 @@ pub trait OperandSource {
     /// The placement's name in reports (`raw`, `pool`, ...).
     fn name(&self) -> &str;
 
+    /// The pool behind the placement's operands, if any: its configuration and memory mode,
+    /// for the report ([`BenchReport::pools`](super::BenchReport::pools)). `None` (the
+    /// default) for operands that come from no pool.
+    fn pool(&self) -> Option<super::report::PlacementPool> {
+        None
+    }
+
     /// Allocates `count` operands of `size` bytes each, to be used together in one call.
     fn allocate(
         &mut self,

@@ -3,9 +3,15 @@
 
 use super::error::BenchError;
 use super::placement::{BufferRegion, OperandSet, OperandSource};
+use super::report::PlacementPool;
 use crate::config::Config;
 use crate::gpu::GpuContext;
 use crate::pool::{Block, Pool, Residency};
+
+/// The configuration of the pool behind the `pool` and `host` placements unless another is
+/// given: PyTorch's placement rules (predictable layouts, see [`PoolBlocks`]), with pages
+/// mapped where the device can (Vulkan sparse binding) and fixed segments elsewhere.
+pub const DEFAULT_POOL_CONF: &str = "policy:pytorch,expandable_segments:auto";
 
 /// A leading block that puts the operands at non-zero offsets of a shared segment; 2 MiB keeps
 /// it in the large pool, with the operands.
@@ -14,41 +20,58 @@ const LEAD_BYTES: u64 = 2 << 20;
 /// Operands are pool blocks side by side in one shared segment, after a leading block, so
 /// that every operand sits at a non-zero offset, as blocks of a real pool do.
 ///
-/// The pool runs `policy:pytorch`, whose best fit makes that layout predictable: one block of
-/// the whole span is allocated and freed, and the leading block and the operands are then
-/// carved from its cached segment. Where the span exceeds `max_buffer_size`, each operand
-/// gets a segment of its own after its own leading block.
+/// The pool runs [`DEFAULT_POOL_CONF`] unless given another configuration: `policy:pytorch`,
+/// whose best fit makes that layout predictable: one block of the whole span is allocated
+/// and freed, and the leading block and the operands are then carved from its cached segment
+/// (in pages mode, its cached mapped pages). Where the span exceeds `max_buffer_size`, each
+/// operand gets a segment of its own after its own leading block.
 pub struct PoolBlocks {
     pool: Pool,
     host: bool,
 }
 
 impl PoolBlocks {
-    /// Device-resident pool blocks (placement `pool`).
+    /// Device-resident pool blocks (placement `pool`), from a pool of [`DEFAULT_POOL_CONF`].
     pub fn device(ctx: &GpuContext) -> Result<PoolBlocks, BenchError> {
-        Self::new(ctx, false)
+        Self::with_config(ctx, default_config(), Residency::Device)
     }
 
-    /// Pool blocks offloaded to host memory (placement `host`). Needs
-    /// `MAPPABLE_PRIMARY_BUFFERS`, without which kernels cannot bind host memory.
+    /// Pool blocks offloaded to host memory (placement `host`), from a pool of
+    /// [`DEFAULT_POOL_CONF`]. Needs `MAPPABLE_PRIMARY_BUFFERS`, without which kernels cannot
+    /// bind host memory.
     pub fn host(ctx: &GpuContext) -> Result<PoolBlocks, BenchError> {
-        if !ctx
-            .features()
-            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+        Self::with_config(ctx, default_config(), Residency::Host)
+    }
+
+    /// Pool blocks from a pool of `config`, resident in device memory (placement `pool`) or
+    /// offloaded to host memory (placement `host`, which needs `MAPPABLE_PRIMARY_BUFFERS`).
+    /// A configuration the device cannot run (`expandable_segments:True` on a device that
+    /// cannot map pages, say) is [`BenchError::Config`].
+    pub fn with_config(
+        ctx: &GpuContext,
+        config: Config,
+        residency: Residency,
+    ) -> Result<PoolBlocks, BenchError> {
+        let host = residency == Residency::Host;
+        if host
+            && !ctx
+                .features()
+                .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
         {
             return Err(BenchError::Config(
                 "host-resident operands need MAPPABLE_PRIMARY_BUFFERS, which this adapter lacks"
                     .into(),
             ));
         }
-        Self::new(ctx, true)
+        let conf = config.to_conf_string();
+        let pool = Pool::from_context(ctx, config)
+            .map_err(|e| BenchError::Config(format!("the pool of `{conf}`: {e}")))?;
+        Ok(PoolBlocks { pool, host })
     }
 
-    fn new(ctx: &GpuContext, host: bool) -> Result<PoolBlocks, BenchError> {
-        let config = Config::parse("policy:pytorch").expect("a valid configuration");
-        let pool =
-            Pool::from_context(ctx, config).map_err(|e| BenchError::Config(e.to_string()))?;
-        Ok(PoolBlocks { pool, host })
+    /// The pool the blocks come from.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
     }
 
     fn alloc(&self, size: u64) -> Result<Block, BenchError> {
@@ -58,9 +81,23 @@ impl PoolBlocks {
     }
 }
 
+/// [`DEFAULT_POOL_CONF`], parsed.
+pub fn default_config() -> Config {
+    Config::parse(DEFAULT_POOL_CONF).expect("DEFAULT_POOL_CONF parses")
+}
+
 impl OperandSource for PoolBlocks {
     fn name(&self) -> &str {
         if self.host { "host" } else { "pool" }
+    }
+
+    fn pool(&self) -> Option<PlacementPool> {
+        Some(PlacementPool {
+            placement: self.name().to_string(),
+            conf: self.pool.config().to_conf_string(),
+            memory_mode: self.pool.memory_mode(),
+            memory_mode_reason: self.pool.memory_mode_reason(),
+        })
     }
 
     fn allocate(

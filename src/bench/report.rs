@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::bench::timing::TimingMethod;
 use crate::gpu::AdapterSummary;
+use crate::pool::MemoryMode;
 
 /// Everything one `wgpool bench` run measured, as `--json` prints it.
 #[derive(Clone, Debug, Serialize)]
@@ -25,6 +26,10 @@ pub struct BenchReport {
     /// Read+write GB/s of the f32 copy kernel on raw buffers: the reference for
     /// `pct_of_copy_peak`.
     pub copy_peak_gbps: f64,
+    /// The pool behind each placement that has one (`pool`, `host`): its configuration and
+    /// the memory mode it ran, so that a report says whether `pool` rows were measured on
+    /// page-mapped ranges or on fixed segments.
+    pub pools: Vec<PlacementPool>,
     /// One row per kernel and placement, in run order.
     pub kernels: Vec<KernelResult>,
     /// In-device move rates.
@@ -80,4 +85,17 @@ pub struct MoveResult {
     pub kernel_same_buffer_gbps: f64,
     /// All three moves produced exact copies before timing.
     pub verified: bool,
+}
+
+/// The pool behind one placement.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlacementPool {
+    /// The placement: `pool` or `host`.
+    pub placement: String,
+    /// The pool's configuration, in `WGPOOL_CONF` syntax.
+    pub conf: String,
+    /// `pages` (page-mapped ranges) or `segments` (fixed segment buffers).
+    pub memory_mode: MemoryMode,
+    /// Why the pool runs in that mode ([`Pool::memory_mode_reason`](crate::pool::Pool::memory_mode_reason)).
+    pub memory_mode_reason: String,
 }

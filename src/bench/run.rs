@@ -2,11 +2,13 @@
 //! time; then the in-device moves.
 
 use crate::bench::timing::{Measurement, RunCounts, Timer, TimingMethod};
+use crate::config::Config;
 use crate::gpu::transfer::{read_region, write_region};
 use crate::gpu::{AdapterSummary, GpuContext};
 use crate::kernels::{
     Access, Dtype, Kernel, KernelCall, KernelOptions, Kernels, Operand, PreparedKernel,
 };
+use crate::pool::Residency;
 
 use super::error::BenchError;
 use super::placement::{OperandSet, OperandSource, RawBuffers, create_operand_buffer};
@@ -48,16 +50,37 @@ pub enum BenchEvent<'a> {
 }
 
 /// The placements `wgpool bench` compares: dedicated buffers ([`RawBuffers`], `raw`), real
-/// pool blocks in shared segments ([`PoolBlocks::device`], `pool`), and, where kernels can
-/// bind host memory, pool blocks offloaded to host memory ([`PoolBlocks::host`], `host`).
+/// pool blocks ([`PoolBlocks::device`], `pool`: page-mapped where the device can map pages,
+/// in shared segments elsewhere), and, where kernels can bind host memory, pool blocks
+/// offloaded to host memory ([`PoolBlocks::host`], `host`); the pools run
+/// [`DEFAULT_POOL_CONF`](super::DEFAULT_POOL_CONF).
 pub fn default_sources(ctx: &GpuContext) -> Result<Vec<Box<dyn OperandSource>>, BenchError> {
-    let mut sources: Vec<Box<dyn OperandSource>> =
-        vec![Box::new(RawBuffers), Box::new(PoolBlocks::device(ctx)?)];
+    default_sources_with(ctx, &super::pool_placement::default_config())
+}
+
+/// [`default_sources`] with the `pool` and `host` placements' pools running `pool_config`
+/// (`wgpool bench --conf`).
+pub fn default_sources_with(
+    ctx: &GpuContext,
+    pool_config: &Config,
+) -> Result<Vec<Box<dyn OperandSource>>, BenchError> {
+    let mut sources: Vec<Box<dyn OperandSource>> = vec![
+        Box::new(RawBuffers),
+        Box::new(PoolBlocks::with_config(
+            ctx,
+            pool_config.clone(),
+            Residency::Device,
+        )?),
+    ];
     if ctx
         .features()
         .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
     {
-        sources.push(Box::new(PoolBlocks::host(ctx)?));
+        sources.push(Box::new(PoolBlocks::with_config(
+            ctx,
+            pool_config.clone(),
+            Residency::Host,
+        )?));
     }
     Ok(sources)
 }
@@ -175,6 +198,7 @@ pub fn run_bench(
         timed_runs: config.counts.timed,
         seed: config.seed,
         copy_peak_gbps: peak,
+        pools: sources.iter().filter_map(|s| s.pool()).collect(),
         kernels: rows.into_iter().map(|r| r.result).collect(),
         moves,
         alloc: None,

@@ -30,6 +30,13 @@ pub fn render(report: &BenchReport) -> String {
         "copy peak {:.1} GB/s read+write (copy f32, raw buffers)",
         report.copy_peak_gbps
     );
+    for pool in &report.pools {
+        let _ = writeln!(
+            out,
+            "{:<9} {} memory, conf {} ({})",
+            pool.placement, pool.memory_mode, pool.conf, pool.memory_mode_reason
+        );
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,

@@ -1,12 +1,13 @@
-//! `wgpool bench [--json] [--quick] [--size-mb N] [--adapter NAME] ...`: kernels on pool
-//! blocks and raw buffers, and in-device moves, each verified before it is timed.
+//! `wgpool bench [--json] [--quick] [--size-mb N] [--adapter NAME] [--conf STR] ...`: kernels
+//! on pool blocks and raw buffers, and in-device moves, each verified before it is timed.
 
 use std::io::IsTerminal;
 
 use wgpool::bench::timing::RunCounts;
 use wgpool::bench::{
-    BenchConfig, BenchError, BenchEvent, alloc_latency, default_sources, run_bench, table,
+    BenchConfig, BenchError, BenchEvent, alloc_latency, default_sources_with, run_bench, table,
 };
+use wgpool::config::Config;
 use wgpool::gpu::{GpuContext, GpuError, HeadlessOptions};
 use wgpool::kernels::{Kernel, KernelError, KernelOptions};
 
@@ -66,6 +67,11 @@ pub struct BenchArgs {
     /// covers the rest.
     #[arg(long, value_name = "N")]
     max_workgroups: Option<u32>,
+    /// Configuration of the pool behind the `pool` and `host` placements, in WGPOOL_CONF
+    /// syntax (default: policy:pytorch,expandable_segments:auto, which maps pages where the
+    /// device can); `expandable_segments:False` measures fixed segments.
+    #[arg(long, value_name = "STR")]
+    conf: Option<String>,
 }
 
 /// `name_dtype` of a kernel, as `--kernels` takes it.
@@ -104,6 +110,11 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         )));
     }
     let kernels = args.kernels.as_deref().map(parse_kernels).transpose()?;
+    let pool_config = match &args.conf {
+        Some(conf) => Config::parse(conf)
+            .map_err(|error| Failure::bad_input(format!("--conf {conf:?}: {error}")))?,
+        None => wgpool::bench::pool_placement::default_config(),
+    };
     if args.size_mb == Some(0) {
         return Err(Failure::bad_input(
             "--size-mb 0: the size must be at least 1 MiB",
@@ -190,7 +201,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             }
         }
     };
-    let result = default_sources(&ctx)
+    let result = default_sources_with(&ctx, &pool_config)
         .and_then(|mut sources| run_bench(&ctx, &config, &mut sources, &mut progress));
     if let Some(bar) = &bar {
         bar.finish_and_clear();
