@@ -292,6 +292,30 @@ impl EngineState {
         bytes: u64,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
+        self.map_front_checked(block, bytes, true, source)
+    }
+
+    /// [`Self::map_front`] with no cap check of its own: for a caller that checked the cap
+    /// before, as PyTorch's `alloc_block` does once per request (with the segment size the
+    /// request would get, not the pages mapped), its `map_block` checking nothing. Physical
+    /// memory may then end above the cap by less than one page of the kind. Fails,
+    /// changing nothing, when the source refuses.
+    pub fn map_front_uncapped(
+        &mut self,
+        block: u32,
+        bytes: u64,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u32, NoSegment> {
+        self.map_front_checked(block, bytes, false, source)
+    }
+
+    fn map_front_checked(
+        &mut self,
+        block: u32,
+        bytes: u64,
+        check_cap: bool,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u32, NoSegment> {
         let (kind, offset, size, segment) = {
             let b = &self.blocks[block as usize];
             (b.pool, b.offset(), b.size(), b.segment)
@@ -300,9 +324,10 @@ impl EngineState {
         debug_assert!(bytes > 0 && bytes <= size && bytes % self.page_of(kind) == 0);
         let held = self.pages.stats.held_bytes;
         let new_memory = bytes - bytes.min(held);
-        if self
-            .cap
-            .is_some_and(|cap| self.physical().saturating_add(new_memory) > cap)
+        if check_cap
+            && self
+                .cap
+                .is_some_and(|cap| self.physical().saturating_add(new_memory) > cap)
         {
             return Err(NoSegment::Cap);
         }

@@ -8,7 +8,9 @@
 //! - on a miss, the lowest-addressed run of free and unmapped blocks that can hold the
 //!   request is found (or a new range reserved), and the pages it lacks are mapped;
 //! - under a cap, the check is PyTorch's: mapped bytes plus the segment size the request
-//!   would get in segments mode;
+//!   would get in segments mode, once before mapping; the pages then mapped are not
+//!   checked again, so mapped bytes may end above the cap by less than a page (a 20 MiB
+//!   page for a 12 MiB request passes a check of 12 MiB);
 //! - cached pages are unmapped, and their memory freed, only when cached blocks are
 //!   released (`empty_cache`, or the last step of the retry chain).
 
@@ -89,13 +91,13 @@ impl ExpandablePolicy {
         let mut candidate = self.find_room(state, kind, stream, size, source)?;
         if state.links.is_unmapped(candidate) {
             let bytes = size.min(state.blocks[candidate as usize].size());
-            candidate = state.map_front(candidate, bytes.div_ceil(page) * page, source)?;
+            candidate = state.map_front_uncapped(candidate, bytes.div_ceil(page) * page, source)?;
         }
         while state.blocks[candidate as usize].size() < size {
             let remaining = size - state.blocks[candidate as usize].size();
             let next = state.links.next(candidate);
             let bytes = remaining.min(state.blocks[next as usize].size());
-            candidate = state.map_front(next, bytes.div_ceil(page) * page, source)?;
+            candidate = state.map_front_uncapped(next, bytes.div_ceil(page) * page, source)?;
         }
         let key = state.key_of(candidate);
         state.free_index[kind.index()].remove(&key);
