@@ -183,7 +183,7 @@ impl Default for Config {
             backend: Caching::default(),
             overflow: Overflow::default(),
             compact_min_share: 0.0625,
-            compact_reserved_slack: 0.06,
+            compact_reserved_slack: 0.04,
             compact_release_budget: 0.25,
         }
     }

@@ -371,7 +371,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         key: "compact_reserved_slack",
-        default: "0.06",
+        default: "0.04",
         allowed: "a number from 0 to 10",
         meaning: "`policy:compact` only. Before a new segment would take reserved memory more \
                   than this fraction above the peak of allocated memory, idle cached segments \

@@ -15,7 +15,7 @@
 //!    takes the best-fitting block as in PyTorch, since splitting beats growing the pool.
 //!    Free blocks inside already-split segments are always taken best-fit.
 //! 2. **Release idle segments instead of growing past the live peak.** Before a new segment
-//!    would take reserved memory more than `compact_reserved_slack` (default 6%) above the
+//!    would take reserved memory more than `compact_reserved_slack` (default 4%) above the
 //!    peak of allocated memory, cached whole segments are released, least recently freed
 //!    first. Re-creating released segments costs time (about 17.5 ms per GiB on an H200 for
 //!    buffers of 256 MiB and more), so the bytes released over the pool's life are capped at
@@ -28,7 +28,7 @@
 //!    Fixed shapes never trigger this.
 //!
 //! On `shared/traces/gpt2-train.csv` this gives peak reserved / peak live = 1.029 with
-//! segment bytes created = 1.03 x peak live, against PyTorch's 1.082 at 1.08 x; docs/POLICY.md
+//! segment bytes created = 1.13 x peak live, against PyTorch's 1.082 at 1.08 x; docs/POLICY.md
 //! has the measurements on other workloads.
 
 use super::pytorch::best_fit;
