@@ -94,10 +94,20 @@ pub const EXCERPT_CHARS: usize = 48;
 /// `text` for an error message: whole when short, else its first [`EXCERPT_CHARS`]
 /// characters and its length, so that a 100 MB field gives a short message.
 pub fn excerpt(text: &str) -> String {
-    if text.chars().count() <= EXCERPT_CHARS {
+    clipped(text, EXCERPT_CHARS)
+}
+
+/// The longest message of a decoder (serde-pickle's, which can quote whole values) that an
+/// error passes on, in characters.
+pub const DECODER_MESSAGE_CHARS: usize = 160;
+
+/// `text` whole when it has at most `max_chars` characters, else its first `max_chars`
+/// characters and its length.
+pub fn clipped(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
         return text.to_string();
     }
-    let head: String = text.chars().take(EXCERPT_CHARS).collect();
+    let head: String = text.chars().take(max_chars).collect();
     format!("{head}... ({} bytes in all)", text.len())
 }
 
@@ -114,5 +124,13 @@ mod tests {
         assert!(e.ends_with("(1048576 bytes in all)"), "{e}");
         // Multi-byte characters are cut at a character boundary.
         assert!(excerpt(&"é".repeat(100)).starts_with("éé"));
+        let message = clipped(
+            &format!("got Bytes({:?})", vec![7u8; 300]),
+            DECODER_MESSAGE_CHARS,
+        );
+        assert!(
+            message.chars().count() < DECODER_MESSAGE_CHARS + 30,
+            "{message}"
+        );
     }
 }

@@ -20,7 +20,7 @@ use std::io::Read;
 use serde::de::DeserializeSeed;
 
 use super::builder::TraceBuilder;
-use super::error::{Position, TraceError};
+use super::error::{DECODER_MESSAGE_CHARS, Position, TraceError, clipped};
 use super::pickle_node::{Node, NodeSeed};
 use super::{Trace, TraceFormat};
 
@@ -59,12 +59,18 @@ pub(crate) fn decode_pickle(reader: impl Read, max_bytes: u64) -> Result<Node, T
                 .map_err(|e| match e {
                     serde_pickle::Error::Eval(code, offset) => TraceError::at(
                         Position::Byte(offset as u64),
-                        format!("not a valid pickle: {code}"),
+                        format!(
+                            "not a valid pickle: {}",
+                            clipped(&code.to_string(), DECODER_MESSAGE_CHARS)
+                        ),
                     ),
                     serde_pickle::Error::Io(e) => TraceError::Io(e),
                     serde_pickle::Error::Syntax(code) => TraceError::at(
                         Position::Whole,
-                        format!("unexpected pickle content: {code}"),
+                        format!(
+                            "unexpected pickle content: {}",
+                            clipped(&code.to_string(), DECODER_MESSAGE_CHARS)
+                        ),
                     ),
                 })
         })
