@@ -19,7 +19,6 @@ use std::ops::Range;
 use super::free_index::{FreeIndex, FreeKey};
 use super::idle::IdleList;
 use super::links::NONE;
-use super::records::{SegmentFields, SegmentRecord};
 use super::rounding::SegmentKind;
 use super::segments::NoSegment;
 use super::source::{PageMapping, SegmentSource, SourceError};
@@ -212,18 +211,7 @@ impl EngineState {
         let max_range = layout.max_range[kind.index()];
         let needed = at_least.div_ceil(page).saturating_mul(page).min(max_range);
         let usual = layout.range_size[kind.index()].max(needed).min(max_range);
-        let slot = self.free_segment_slots.pop().unwrap_or_else(|| {
-            self.segments.push(SegmentRecord {
-                size: 0,
-                pool: kind,
-                stream,
-                base: 0,
-                head: NONE,
-                in_use: false,
-                idle_since: 0,
-            });
-            (self.segments.len() - 1) as u32
-        });
+        let slot = self.take_segment_slot();
         // Address space is shared with other pools: where a range of the usual size no
         // longer fits, one of just the request's size may.
         let mut size = usual;
@@ -239,29 +227,7 @@ impl EngineState {
             self.free_segment_slots.push(slot);
             return Err(NoSegment::Source(error));
         }
-        // The source may say where the range lives (an oracle replay puts it where PyTorch
-        // reserved it); otherwise it goes above every segment so far.
-        let base = match source.segment_address(SegmentId(slot), size, kind) {
-            Some(address) if super::segments::is_usable_base(address, size) => address,
-            _ => self.next_segment_base(size),
-        };
-        self.segments[slot as usize] = SegmentRecord {
-            size,
-            pool: kind,
-            stream,
-            base,
-            head: NONE,
-            in_use: true,
-            idle_since: self.clock,
-        };
-        let of = SegmentFields {
-            segment: slot,
-            base,
-            stream,
-            pool: kind,
-        };
-        let head = self.new_block_record(of, 0, size);
-        self.segments[slot as usize].head = head;
+        let head = self.install_segment(slot, size, kind, stream, source);
         self.links.set_unmapped(head, true);
         self.index_unmapped(head);
         self.pages.stats.ranges += 1;

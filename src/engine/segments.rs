@@ -20,7 +20,7 @@ pub(crate) enum NoSegment {
 
 /// Whether a source's address for a segment of `size` bytes fits the free index: 512 B
 /// aligned, and the whole segment below [`free_index::ADDRESS_LIMIT`].
-pub(super) fn is_usable_base(address: u64, size: u64) -> bool {
+fn is_usable_base(address: u64, size: u64) -> bool {
     address % super::rounding::MIN_BLOCK_SIZE == 0
         && address
             .checked_add(size)
@@ -42,25 +42,49 @@ impl EngineState {
         {
             return Err(NoSegment::Cap);
         }
-        let slot = match self.free_segment_slots.pop() {
-            Some(slot) => slot,
-            None => {
-                self.segments.push(SegmentRecord {
-                    size: 0,
-                    pool,
-                    stream,
-                    base: 0,
-                    head: NONE,
-                    in_use: false,
-                    idle_since: 0,
-                });
-                (self.segments.len() - 1) as u32
-            }
-        };
+        let slot = self.take_segment_slot();
         if let Err(error) = source.create_segment(SegmentId(slot), size, pool) {
             self.free_segment_slots.push(slot);
             return Err(NoSegment::Source(error));
         }
+        let head = self.install_segment(slot, size, pool, stream, source);
+        self.stats.segment.increase(pool, 1);
+        self.stats.reserved_bytes.increase(pool, size);
+        self.stats.num_device_alloc += 1;
+        if self.is_oversize(size) {
+            self.stats.oversize_segments.increase(1);
+        }
+        Ok(head)
+    }
+
+    /// A free segment slot: a released one, or a new record at the end.
+    pub(super) fn take_segment_slot(&mut self) -> u32 {
+        self.free_segment_slots.pop().unwrap_or_else(|| {
+            self.segments.push(SegmentRecord {
+                size: 0,
+                pool: SegmentKind::Small,
+                stream: 0,
+                base: 0,
+                head: NONE,
+                in_use: false,
+                idle_since: 0,
+            });
+            (self.segments.len() - 1) as u32
+        })
+    }
+
+    /// Records a segment (or page-mapped range) the source has just created in `slot`: its
+    /// address, the source's where it gives a usable one (an oracle replay: where PyTorch
+    /// put it), else above every segment so far; and one block spanning it, which it
+    /// returns (not yet indexed).
+    pub(super) fn install_segment(
+        &mut self,
+        slot: u32,
+        size: u64,
+        pool: SegmentKind,
+        stream: u32,
+        source: &mut dyn SegmentSource,
+    ) -> u32 {
         let base = match source.segment_address(SegmentId(slot), size, pool) {
             Some(address) if is_usable_base(address, size) => address,
             _ => self.next_segment_base(size),
@@ -82,13 +106,7 @@ impl EngineState {
         };
         let head = self.new_block_record(of, 0, size);
         self.segments[slot as usize].head = head;
-        self.stats.segment.increase(pool, 1);
-        self.stats.reserved_bytes.increase(pool, size);
-        self.stats.num_device_alloc += 1;
-        if self.is_oversize(size) {
-            self.stats.oversize_segments.increase(1);
-        }
-        Ok(head)
+        head
     }
 
     /// A virtual address for a new segment of `size` bytes, after every live segment's. When
