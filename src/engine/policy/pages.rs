@@ -62,6 +62,28 @@ struct Place {
 /// block followed by an unmapped one (found from either side: unmapped blocks near the
 /// request's size, and the largest free blocks below it that unmapped space follows), or an
 /// unmapped block alone.
+/// Whether `found` is still an unmapped block whose mapping serves `rounded` bytes: the same
+/// free block (or none) below it, and room for the pages it needs.
+fn still_holds(state: &EngineState, found: Place, kind: SegmentKind, rounded: u64) -> bool {
+    let unmapped = found.unmapped;
+    let record = &state.blocks[unmapped as usize];
+    if !record.in_use
+        || record.pool != kind
+        || !state.links.is_unmapped(unmapped)
+        || record.size() < found.needed
+    {
+        return false;
+    }
+    let below = if found.start == unmapped {
+        0
+    } else if state.links.prev(unmapped) == found.start && state.links.is_free_block(found.start) {
+        state.blocks[found.start as usize].size()
+    } else {
+        return false;
+    };
+    below + found.needed >= rounded
+}
+
 fn place(state: &EngineState, kind: SegmentKind, stream: u32, rounded: u64) -> Option<Place> {
     let page = state.page_of(kind);
     let consider = |unmapped: u32| -> Option<(u64, u64, Place)> {
@@ -161,8 +183,23 @@ impl PagePolicy {
         if recycled == 0 {
             return Ok(found);
         }
-        // Unmapping may have joined or released blocks around the place: look again.
-        Ok(place(state, kind, stream, rounded).unwrap_or(found))
+        // Unmapping may have joined or released blocks around the place: look again. Where
+        // nothing qualifies now (the recycled pages joined free memory into a block that
+        // holds the request alone), the first place is used only if it still stands as it
+        // was; otherwise the request gets a range of its own.
+        if let Some(again) = place(state, kind, stream, rounded) {
+            return Ok(again);
+        }
+        if still_holds(state, found, kind, rounded) {
+            return Ok(found);
+        }
+        let unmapped = state.reserve_range(kind, stream, rounded, source)?;
+        let page = state.page_of(kind);
+        Ok(Place {
+            start: unmapped,
+            unmapped,
+            needed: rounded.div_ceil(page) * page,
+        })
     }
 
     /// Maps a prepared place and returns the free block that holds the request, out of the
