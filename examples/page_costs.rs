@@ -7,13 +7,22 @@
 //!   buffer, on blocks in separate buffers (separate segments), on blocks of one range
 //!   reached through a wrapper each (aliases, which wgpu tracks apart) and through 16
 //!   wrappers taken in turn, and on blocks of a pool in each mode (`expandable_segments:True`,
-//!   whose blocks reach their range through the pool's wrappers, and `False`).
+//!   whose blocks reach their range through the pool's wrappers, and `False`);
+//! - `alloc_sweep` (`--alloc-sweep`): `vkAllocateMemory` of chunks of several sizes, up to 64
+//!   calls each, timed call by call, so that the cost per call and per MiB can be told apart;
+//! - `replays` (`--replay TRACE`): `replay --gpu` of a trace under each `--chunk-policy`,
+//!   `--rounds` times in turn, with driver time and device memory per run.
 //!
 //! wgpu tracks usage per buffer: a kernel writing a block is a read-write use of the whole
 //! buffer, so consecutive dispatches on blocks of one buffer get a barrier between them,
 //! while dispatches on separate buffers do not.
 //!
 //! `cargo run --release --example page_costs -- --grow-mib 1024 --dispatches 1000`
+//!
+//! A chunk policy is `segments` (the trace under `expandable_segments:False`) or
+//! `MIN_MIB,MAX_MIB,DIVISOR,GRANULE_KIB,SPARE_ON_LARGE,DEVICE_DIVISOR,BIND_SPARE`
+//! ([`ChunkPolicy`]; flags are 0 or 1), for example `2,256,128,2048,1,2048,1` (the default)
+//! or `2,256,128,64,0,0,0` (the policy before 2026-12-03's second session).
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +35,7 @@ use wgpool::gpu::sparse::{ChunkPolicy, PagedMemory};
 use wgpool::gpu::{GpuContext, HeadlessOptions};
 use wgpool::kernels::{KernelCall, KernelError, Kernels, Operand, PreparedKernel};
 use wgpool::pool::{Block, MemoryMode, Pool};
+use wgpool::trace::{GpuReplayOptions, ReadOptions, read_trace, replay_on_gpu};
 
 #[derive(Parser)]
 struct Args {
@@ -44,6 +54,25 @@ struct Args {
     /// Timed runs of each dispatch layout.
     #[arg(long, default_value_t = 15)]
     timed: u32,
+    /// Skip the growth and dispatch measurements.
+    #[arg(long)]
+    no_grow_dispatches: bool,
+    /// Measure `vkAllocateMemory` call by call for several chunk sizes.
+    #[arg(long)]
+    alloc_sweep: bool,
+    /// Memory each size of `--alloc-sweep` allocates, in MiB (4 to 64 calls per size; sizes
+    /// that need more than this for 4 calls are skipped).
+    #[arg(long, default_value_t = 4096)]
+    sweep_total_mib: u64,
+    /// Replay this trace through a pool on the GPU under each chunk policy.
+    #[arg(long)]
+    replay: Option<std::path::PathBuf>,
+    /// Chunk policies for `--replay` (repeatable; default: `segments` and the default policy).
+    #[arg(long = "chunk-policy")]
+    chunk_policies: Vec<String>,
+    /// Rounds of `--replay`, each running every policy once.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
 }
 
 #[derive(Serialize)]
@@ -52,8 +81,41 @@ struct Report {
     page_size: u64,
     own_bind_queue: bool,
     binds_ordered_on_gpu: bool,
-    grow: Grow,
-    dispatches: Dispatches,
+    grow: Option<Grow>,
+    dispatches: Option<Dispatches>,
+    alloc_sweep: Option<Vec<SweepRow>>,
+    replays: Option<Vec<ReplayRow>>,
+}
+
+#[derive(Serialize)]
+struct SweepRow {
+    chunk_bytes: u64,
+    calls: usize,
+    /// Whether the heap budget was queried after every allocation (as `replay --gpu` does).
+    budget_query_between: bool,
+    mean_ms: f64,
+    median_ms: f64,
+    first_ms: f64,
+    last_ms: f64,
+    /// `mean_ms` per MiB, in microseconds.
+    us_per_mib: f64,
+    /// `vkFreeMemory` of all of them, per call.
+    free_mean_ms: f64,
+}
+
+#[derive(Serialize)]
+struct ReplayRow {
+    round: usize,
+    policy: String,
+    mode: String,
+    peak_reserved_bytes: u64,
+    device_memory_peak_bytes: u64,
+    device_over_reserved: f64,
+    driver_time_s: f64,
+    allocation_time_s: f64,
+    bind_time_s: f64,
+    device_allocations: u64,
+    bind_calls: u64,
 }
 
 #[derive(Serialize)]
@@ -119,8 +181,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let gpu = GpuContext::headless(&HeadlessOptions::default())?;
     let sparse = gpu.page_mapping()?;
-    let grow = measure_grow(&gpu, &args)?;
-    let dispatches = measure_dispatches(&gpu, &args)?;
+    let (grow, dispatches) = if args.no_grow_dispatches {
+        (None, None)
+    } else {
+        (
+            Some(measure_grow(&gpu, &args)?),
+            Some(measure_dispatches(&gpu, &args)?),
+        )
+    };
+    let alloc_sweep = if args.alloc_sweep {
+        Some(measure_alloc_sweep(&gpu, args.sweep_total_mib << 20)?)
+    } else {
+        None
+    };
+    let replays = match &args.replay {
+        Some(path) => Some(measure_replays(&gpu, &args, path)?),
+        None => None,
+    };
     let report = Report {
         adapter: gpu.info().name.clone(),
         page_size: sparse.page_size(),
@@ -128,19 +205,184 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         binds_ordered_on_gpu: sparse.orders_on_gpu(),
         grow,
         dispatches,
+        alloc_sweep,
+        replays,
     };
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
 }
 
 fn paged(gpu: &GpuContext) -> Result<PagedMemory, Box<dyn std::error::Error>> {
+    paged_with(gpu, ChunkPolicy::default())
+}
+
+fn paged_with(
+    gpu: &GpuContext,
+    policy: ChunkPolicy,
+) -> Result<PagedMemory, Box<dyn std::error::Error>> {
     Ok(PagedMemory::new(
         gpu.device(),
         gpu.queue(),
         USAGE,
         "page_costs",
-        ChunkPolicy::default(),
+        policy,
     )?)
+}
+
+/// Chunks of each size, mapped one after another into one range: every map allocates one
+/// chunk of exactly that size (the policy's smallest and largest chunk), timed call by call.
+fn measure_alloc_sweep(
+    gpu: &GpuContext,
+    total: u64,
+) -> Result<Vec<SweepRow>, Box<dyn std::error::Error>> {
+    const MIB: u64 = 1 << 20;
+    let page = gpu.page_mapping()?.page_size();
+    let sizes = [
+        (2 * MIB, false),
+        (8 * MIB, false),
+        (32 * MIB, false),
+        (32 * MIB - page, false),
+        (32 * MIB, true),
+        (64 * MIB, false),
+        (256 * MIB, false),
+        (1024 * MIB, false),
+    ];
+    let mut rows = Vec::new();
+    for (size, budget_query) in sizes {
+        if 4 * size > total {
+            continue;
+        }
+        let policy = ChunkPolicy::default()
+            .with_min_chunk(size)
+            .with_max_chunk(size)
+            .with_granule(page)
+            .with_spare_on_large(false)
+            .with_device_divisor(0)
+            .with_bind_spare(false);
+        let mut memory = paged_with(gpu, policy)?;
+        // One range holds them all.
+        let calls = (total / size).min(memory.max_range() / size).clamp(4, 64) as usize;
+        if size * calls as u64 > memory.max_range() {
+            continue;
+        }
+        memory.reserve_range(0, size * calls as u64)?;
+        let mut times = Vec::with_capacity(calls);
+        for i in 0..calls {
+            let before = memory.counters().chunks.time;
+            memory.map(0, &[(i as u64 * size, size)])?;
+            times.push(ms(memory.counters().chunks.time - before));
+            if budget_query {
+                std::hint::black_box(gpu.memory_info());
+            }
+        }
+        let before = memory.counters().chunks.time;
+        memory.unmap(0, &[(0, size * calls as u64)])?;
+        memory.release_idle(u64::MAX);
+        let free_total = ms(memory.counters().chunks.time - before);
+        drop(memory);
+        gpu.wait_idle()?;
+        let mean = times.iter().sum::<f64>() / calls as f64;
+        rows.push(SweepRow {
+            chunk_bytes: size,
+            calls,
+            budget_query_between: budget_query,
+            mean_ms: mean,
+            median_ms: median(&times),
+            first_ms: times[0],
+            last_ms: times[calls - 1],
+            us_per_mib: mean * 1e3 / (size as f64 / MIB as f64),
+            free_mean_ms: free_total / calls as f64,
+        });
+    }
+    Ok(rows)
+}
+
+fn parse_policy(spec: &str) -> Result<Option<ChunkPolicy>, Box<dyn std::error::Error>> {
+    if spec == "segments" {
+        return Ok(None);
+    }
+    let fields: Vec<u64> = spec
+        .split(',')
+        .map(|f| f.trim().parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("chunk policy {spec:?}: {e}"))?;
+    let [
+        min,
+        max,
+        divisor,
+        granule_kib,
+        spare,
+        device_divisor,
+        bind_spare,
+    ] = fields[..]
+    else {
+        return Err(format!(
+            "chunk policy {spec:?}: expected \
+             MIN_MIB,MAX_MIB,DIVISOR,GRANULE_KIB,SPARE,DEVICE_DIVISOR,BIND_SPARE"
+        )
+        .into());
+    };
+    Ok(Some(
+        ChunkPolicy::default()
+            .with_min_chunk(min << 20)
+            .with_max_chunk(max << 20)
+            .with_divisor(divisor)
+            .with_granule(granule_kib << 10)
+            .with_spare_on_large(spare != 0)
+            .with_device_divisor(device_divisor)
+            .with_bind_spare(bind_spare != 0),
+    ))
+}
+
+fn measure_replays(
+    gpu: &GpuContext,
+    args: &Args,
+    path: &std::path::Path,
+) -> Result<Vec<ReplayRow>, Box<dyn std::error::Error>> {
+    let trace = read_trace(path, &ReadOptions::default())?;
+    let specs = if args.chunk_policies.is_empty() {
+        vec![
+            "segments".to_string(),
+            "2,256,128,2048,1,2048,1".to_string(),
+        ]
+    } else {
+        args.chunk_policies.clone()
+    };
+    let policies = specs
+        .iter()
+        .map(|spec| parse_policy(spec))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut rows = Vec::new();
+    for round in 1..=args.rounds.max(1) {
+        for (spec, policy) in specs.iter().zip(&policies) {
+            let (config, options) = match policy {
+                None => (
+                    Config::parse("expandable_segments:False")?,
+                    GpuReplayOptions::default(),
+                ),
+                Some(policy) => (
+                    Config::default(),
+                    GpuReplayOptions::default().with_chunk_policy(*policy),
+                ),
+            };
+            let r = replay_on_gpu(&trace, &config, gpu, &options)?;
+            rows.push(ReplayRow {
+                round,
+                policy: spec.clone(),
+                mode: format!("{:?}", r.mode),
+                peak_reserved_bytes: r.peak_reserved_bytes,
+                device_memory_peak_bytes: r.device_memory_peak_bytes,
+                device_over_reserved: r.device_over_reserved,
+                driver_time_s: r.driver_time_s,
+                allocation_time_s: r.allocation_time_s,
+                bind_time_s: r.bind_time_s,
+                device_allocations: r.device_allocations,
+                bind_calls: r.bind_calls,
+            });
+            gpu.wait_idle()?;
+        }
+    }
+    Ok(rows)
 }
 
 fn measure_grow(gpu: &GpuContext, args: &Args) -> Result<Grow, Box<dyn std::error::Error>> {

@@ -252,13 +252,31 @@ fn empty_cache_destroys_unused_segments() {
     pool.check_consistency().unwrap();
 }
 
+/// Chunks of 1 MiB, no larger than any block here: no chunk holds pages of two blocks.
+fn one_mib_chunks() -> ChunkPolicy {
+    ChunkPolicy::default()
+        .with_min_chunk(1 << 20)
+        .with_max_chunk(1 << 20)
+        .with_device_divisor(0)
+        .with_granule(1 << 20)
+        .with_spare_on_large(false)
+        .with_bind_spare(false)
+}
+
 /// In pages mode freed blocks keep their pages mapped (the cache); `empty_cache` unmaps every
 /// idle page and frees the device memory behind it, while live blocks keep their pages and
-/// their bytes.
+/// their bytes. Chunks are freed whole, so with chunks no larger than a block every idle byte
+/// goes back.
 #[test]
 fn empty_cache_frees_idle_pages_in_pages_mode() {
     let gpu = common::gpu();
-    let pool = pool(gpu, "expandable_segments:True");
+    let pool = Pool::with_options(
+        gpu.device(),
+        gpu.queue(),
+        Config::parse("expandable_segments:True").unwrap(),
+        PoolOptions::default().with_chunk_policy(one_mib_chunks()),
+    )
+    .unwrap();
     assert_eq!(pool.memory_mode(), MemoryMode::Pages);
     let keep = pool.alloc(3 << 20).unwrap();
     let kept = pattern(9, 3 << 20);
@@ -311,6 +329,33 @@ fn empty_cache_frees_idle_pages_in_pages_mode() {
     assert_eq!(pool.memory_reserved(), 0);
     assert_eq!(pool.device_memory_usage().device_bytes, 0);
     pool.check_consistency().unwrap();
+}
+
+/// With the default chunks (the larger of 1/128 of the pool's memory and 1/2048 of the
+/// device), `empty_cache` frees every chunk that no live block uses: what stays beyond the
+/// reserved bytes is the rest of the one chunk the live block shares, less than a chunk.
+#[test]
+fn empty_cache_keeps_only_the_chunk_a_live_block_shares_with_default_chunks() {
+    let gpu = common::gpu();
+    let pool = pool(gpu, "expandable_segments:True");
+    assert_eq!(pool.memory_mode(), MemoryMode::Pages);
+    let facts = gpu.page_mapping().unwrap().facts();
+    let chunk = ChunkPolicy::default().chunk_size(0, facts.heap_size, facts.page_size);
+    let keep = pool.alloc(3 << 20).unwrap();
+    let cached: Vec<Block> = (0..4).map(|_| pool.alloc(24 << 20).unwrap()).collect();
+    let device_before = pool.device_memory_usage().device_bytes;
+    drop(cached);
+    pool.empty_cache();
+    let device = pool.device_memory_usage().device_bytes;
+    let reserved = pool.memory_reserved();
+    assert!((3 << 20..4 << 20).contains(&reserved), "{reserved}");
+    assert!(
+        device >= reserved && device - reserved < chunk,
+        "{device} B held for {reserved} B reserved (chunk {chunk} B, {device_before} B before)"
+    );
+    drop(keep);
+    pool.empty_cache();
+    assert_eq!(pool.device_memory_usage().device_bytes, 0);
 }
 
 /// The first bytes (up to 8) a thread stamps into a block: its thread and allocation count.

@@ -25,6 +25,22 @@ fn trace_file() -> PathBuf {
     path
 }
 
+/// The default chunk policy's smallest chunk on the test adapter (1/2048 of its memory).
+fn smallest_chunk() -> u64 {
+    let gpu = wgpool::gpu::GpuContext::headless(&Default::default()).unwrap();
+    match gpu.page_mapping() {
+        Ok(sparse) => {
+            let facts = sparse.facts();
+            wgpool::gpu::sparse::ChunkPolicy::default().chunk_size(
+                0,
+                facts.heap_size,
+                facts.page_size,
+            )
+        }
+        Err(_) => 0,
+    }
+}
+
 fn replay_gpu(trace: &PathBuf, extra: &[&str]) -> Value {
     let output = Command::new(env!("CARGO_BIN_EXE_wgpool"))
         .arg("replay")
@@ -61,11 +77,14 @@ fn replay_on_the_gpu_reports_device_memory_and_driver_time_in_both_modes() {
         let reserved = report["peak_reserved_bytes"].as_u64().unwrap();
         let device = report["device_memory_peak_bytes"].as_u64().unwrap();
         assert!(reserved >= peak_live, "{report}");
-        // Device memory as the memory layer counts it stays within 1% of the engine's figure.
-        assert!(
-            device >= reserved && device <= reserved + reserved / 100,
-            "{report}"
-        );
+        // Device memory as the memory layer counts it stays within 1% of the engine's figure,
+        // or, for a pool this small, within the smallest chunk and a granule.
+        let slack = if report["mode"] == "pages" {
+            (reserved / 100).max(smallest_chunk() + 2 * MIB)
+        } else {
+            0
+        };
+        assert!(device >= reserved && device <= reserved + slack, "{report}");
         assert!(report["driver_time_s"].as_f64().unwrap() >= 0.0);
         assert!(report["device_allocations"].as_u64().unwrap() > 0);
         // Memory given back is counted (none needs to be: every block is freed into the cache).

@@ -17,17 +17,22 @@ use wgpool::config::Config;
 use wgpool::gpu::sparse::{ChunkPolicy, PagedMemory, sparse_device};
 use wgpool::gpu::transfer::read_region;
 use wgpool::kernels::{Dtype, KernelCall, Kernels, Operand, pattern_word};
-use wgpool::pool::{BindingAccess, BindingError, Block, BlockBindings, MemoryMode, Pool};
+use wgpool::pool::{
+    BindingAccess, BindingError, Block, BlockBindings, MemoryMode, Pool, PoolOptions,
+};
 
 const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
 
-/// Small chunks, so that a few MiB already span several chunks and a bind has many entries.
+/// Small chunks, so that a few MiB already span several chunks and a bind has many entries;
+/// a map larger than a chunk gets one chunk of its size.
 fn small_chunks() -> ChunkPolicy {
     ChunkPolicy::default()
         .with_min_chunk(256 << 10)
         .with_max_chunk(256 << 10)
+        .with_granule(256 << 10)
+        .with_spare_on_large(false)
 }
 
 fn paged() -> PagedMemory {
@@ -97,6 +102,117 @@ fn a_kernel_writes_across_page_and_chunk_borders() {
         .checksum(Operand::new(&buffer, offset, len))
         .unwrap();
     assert_eq!(sum, wgpool::kernels::checksum(&expected, 0));
+}
+
+/// A map larger than the preferred chunk allocates its shortfall plus a preferred chunk, in
+/// whole granules, in one call; the maps after it use those spare pages before allocating.
+#[test]
+fn a_large_map_leaves_spare_pages_for_the_maps_after_it() {
+    let ctx = gpu();
+    let policy = ChunkPolicy::default()
+        .with_min_chunk(1 << 20)
+        .with_max_chunk(1 << 20)
+        .with_granule(512 << 10);
+    let mut memory = PagedMemory::new(ctx.device(), ctx.queue(), USAGE, "spare", policy).unwrap();
+    let page = memory.page_size();
+    memory.reserve_range(0, 16 << 20).unwrap();
+    memory.map(0, &[(0, (5 << 20) + page)]).unwrap();
+    assert_eq!(memory.counters().chunks.allocations, 1);
+    // 5 MiB and a page, plus 1 MiB, in 512 KiB granules.
+    assert_eq!(memory.usage().device_bytes, 13 << 19);
+    memory.map(0, &[(8 << 20, 1 << 20)]).unwrap();
+    assert_eq!(
+        memory.counters().chunks.allocations,
+        1,
+        "served by spare pages"
+    );
+    // Under 1 MiB is left: the next map takes one preferred chunk.
+    memory.map(0, &[(10 << 20, 1 << 20)]).unwrap();
+    assert_eq!(memory.counters().chunks.allocations, 2);
+    assert_eq!(memory.usage().device_bytes, 15 << 19);
+    memory.release_range(0).unwrap();
+    assert_eq!(memory.release_idle(u64::MAX), 15 << 19);
+    assert_eq!(memory.usage().device_bytes, 0);
+}
+
+/// After a map, free pages of the chunks are bound as spare right after its end: the next
+/// map there takes them with no bind call and its data is intact; a map in another range
+/// that needs their memory unbinds them in its own single call; `release_idle` unbinds the
+/// rest before freeing chunks.
+#[test]
+fn spare_pages_serve_the_next_map_without_a_bind_call() {
+    const MIB: u64 = 1 << 20;
+    let ctx = gpu();
+    let policy = ChunkPolicy::default()
+        .with_min_chunk(4 * MIB)
+        .with_max_chunk(4 * MIB)
+        .with_device_divisor(0)
+        .with_granule(MIB)
+        .with_spare_on_large(false);
+    let mut memory = PagedMemory::new(ctx.device(), ctx.queue(), USAGE, "spare", policy).unwrap();
+    memory.reserve_range(0, 16 * MIB).unwrap();
+    memory.reserve_range(1, 16 * MIB).unwrap();
+    memory.map(0, &[(0, MIB)]).unwrap();
+    let usage = memory.usage();
+    assert_eq!((usage.device_bytes, usage.mapped_bytes), (4 * MIB, MIB));
+    assert_eq!(
+        usage.spare_bytes,
+        3 * MIB,
+        "the chunk's other pages, after the map"
+    );
+    assert_eq!(memory.counters().bind_calls, 1);
+    assert!(
+        !memory.is_mapped(0, MIB, 4096),
+        "spare pages are not mapped"
+    );
+
+    memory.map(0, &[(MIB, 2 * MIB)]).unwrap();
+    assert_eq!(memory.counters().bind_calls, 1, "no call for spare pages");
+    assert_eq!(memory.counters().maps_from_spare, 1);
+    assert_eq!(memory.usage().spare_bytes, MIB);
+    assert!(memory.is_mapped(0, 0, 3 * MIB));
+    let buffer = memory.buffer(0).unwrap().clone();
+    let kernels = Kernels::new(ctx.device(), ctx.queue());
+    kernels
+        .run(&KernelCall::fill_pattern(
+            Operand::new(&buffer, 0, 3 * MIB),
+            4,
+        ))
+        .unwrap();
+    let expected: Vec<u32> = (0..(3 * MIB / 4) as u32)
+        .map(|i| pattern_word(4, i))
+        .collect();
+    let read = |buffer: &wgpu::Buffer| {
+        words(&read_region(ctx.device(), ctx.queue(), buffer, 0, 3 * MIB).unwrap())
+    };
+    assert_eq!(read(&buffer), expected);
+
+    // Range 1 needs 2 MiB: range 0's spare megabyte comes back and one chunk more is
+    // allocated, in one bind call that also unbinds the spare pages.
+    memory.map(1, &[(0, 2 * MIB)]).unwrap();
+    assert_eq!(memory.counters().bind_calls, 2);
+    assert_eq!(memory.counters().chunks.allocations, 2);
+    assert_eq!(memory.usage().device_bytes, 8 * MIB);
+    assert_eq!(
+        memory.usage().spare_bytes,
+        3 * MIB,
+        "now after range 1's map"
+    );
+    let other = memory.buffer(1).unwrap().clone();
+    kernels
+        .run(&KernelCall::fill_pattern(
+            Operand::new(&other, 0, 2 * MIB),
+            9,
+        ))
+        .unwrap();
+    assert_eq!(read(&buffer), expected, "range 0 kept its data");
+
+    memory.unmap(0, &[(0, 3 * MIB)]).unwrap();
+    memory.unmap(1, &[(0, 2 * MIB)]).unwrap();
+    assert_eq!(memory.idle_bytes(), 8 * MIB, "free and spare pages");
+    assert_eq!(memory.release_idle(u64::MAX), 8 * MIB);
+    assert_eq!(memory.usage().spare_bytes, 0);
+    assert_eq!(memory.usage().device_bytes, 0);
 }
 
 #[test]
@@ -555,7 +671,21 @@ fn blocks_straddling_page_borders_keep_their_bytes() {
 #[test]
 fn growth_and_shrinking_while_kernels_run_keep_live_blocks_intact() {
     let ctx = gpu();
-    let pool = pages_pool();
+    // Chunks free only whole: a chunk per block, so that freeing one block frees memory.
+    let one_chunk_per_block = ChunkPolicy::default()
+        .with_min_chunk(1 << 20)
+        .with_max_chunk(1 << 20)
+        .with_device_divisor(0)
+        .with_granule(1 << 20)
+        .with_spare_on_large(false);
+    let pool = Pool::with_options(
+        ctx.device(),
+        ctx.queue(),
+        Config::parse("expandable_segments:True").unwrap(),
+        PoolOptions::default().with_chunk_policy(one_chunk_per_block),
+    )
+    .unwrap();
+    assert_eq!(pool.memory_mode(), MemoryMode::Pages);
     let kernels = Kernels::new(ctx.device(), ctx.queue());
     const LEN: u64 = 4 << 20;
     let live = pool.alloc(LEN).unwrap();

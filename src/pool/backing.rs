@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::error::PoolError;
+use super::options::PoolOptions;
 use super::segment_buffers::SegmentBuffers;
 use super::wrappers::Wrappers;
 use crate::config::{Config, ExpandableSegments};
@@ -13,7 +14,7 @@ use crate::engine::{
     Allocation, MemoryMode, PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError,
 };
 use crate::format::bytes;
-use crate::gpu::sparse::{ChunkPolicy, PagedMemory, sparse_device};
+use crate::gpu::sparse::{PagedMemory, sparse_device};
 use crate::history::{Action, EventLog, now_us};
 
 /// Device memory a pool holds and what holding it cost in the driver, as the memory layer
@@ -92,8 +93,9 @@ pub(crate) fn choose(
     queue: &wgpu::Queue,
     config: &Config,
     usage: wgpu::BufferUsages,
-    label: &str,
+    options: &PoolOptions,
 ) -> Result<(Backing, String), PoolError> {
+    let label = options.label.as_str();
     let segments = || segments(device, usage, label);
     let want = wanted(config);
     if want == Wanted::Never {
@@ -101,7 +103,7 @@ pub(crate) fn choose(
     }
     match sparse_device(device) {
         Ok(sparse) => {
-            let pages = PagedMemory::new(device, queue, usage, label, ChunkPolicy::default())
+            let pages = PagedMemory::new(device, queue, usage, label, options.chunk_policy)
                 .map_err(|e| PoolError::PageMapping {
                     reason: e.to_string(),
                 })?;

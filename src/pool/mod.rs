@@ -165,8 +165,7 @@ impl Pool {
         let device_memory = options
             .device_memory
             .or_else(|| device_memory::device_local_bytes(device));
-        let (mut memory, mode_reason) =
-            backing::choose(device, queue, &config, usage, &options.label)?;
+        let (mut memory, mode_reason) = backing::choose(device, queue, &config, usage, &options)?;
         let mut mode_reason = mode_reason;
         let engine_limits = EngineLimits::unlimited()
             .with_device_memory(device_memory)

@@ -1,5 +1,7 @@
 //! Settings of a pool beyond `WGPOOL_CONF`: [`PoolOptions`] and [`FreeTiming`].
 
+use crate::gpu::sparse::ChunkPolicy;
+
 /// The default usages of pool segments.
 pub const DEFAULT_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
@@ -47,6 +49,7 @@ pub struct PoolOptions {
     pub(crate) device_memory: Option<u64>,
     pub(crate) free_timing: FreeTiming,
     pub(crate) log_leaks: bool,
+    pub(crate) chunk_policy: ChunkPolicy,
 }
 
 impl Default for PoolOptions {
@@ -57,6 +60,7 @@ impl Default for PoolOptions {
             device_memory: None,
             free_timing: FreeTiming::default(),
             log_leaks: false,
+            chunk_policy: ChunkPolicy::default(),
         }
     }
 }
@@ -99,6 +103,14 @@ impl PoolOptions {
         self
     }
 
+    /// How a page-mapped pool sizes its `VkDeviceMemory` chunks (default
+    /// [`ChunkPolicy::default`]): larger chunks take fewer driver calls and leave more device
+    /// memory unbound. Pools with fixed segments ignore it.
+    pub fn with_chunk_policy(mut self, policy: ChunkPolicy) -> Self {
+        self.chunk_policy = policy;
+        self
+    }
+
     /// The segment usages.
     pub fn usage(&self) -> wgpu::BufferUsages {
         self.usage
@@ -122,5 +134,10 @@ impl PoolOptions {
     /// Whether leaks are logged when the last `Pool` handle drops.
     pub fn log_leaks(&self) -> bool {
         self.log_leaks
+    }
+
+    /// The chunk policy of page-mapped memory.
+    pub fn chunk_policy(&self) -> ChunkPolicy {
+        self.chunk_policy
     }
 }

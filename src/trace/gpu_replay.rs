@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::ops::{Trace, TraceOp};
 use crate::config::Config;
 use crate::engine::AllocError;
+use crate::gpu::sparse::ChunkPolicy;
 use crate::gpu::{DeviceMemoryInfo, GpuContext};
 use crate::pool::{Block, MemoryMode, Pool, PoolOptions};
 
@@ -20,6 +21,8 @@ pub struct GpuReplayOptions {
     pub scale: u64,
     /// Device memory for `per_process_memory_fraction`; `None` reads it from the adapter.
     pub device_memory: Option<u64>,
+    /// How a page-mapped pool sizes its device memory chunks.
+    pub chunk_policy: ChunkPolicy,
 }
 
 impl Default for GpuReplayOptions {
@@ -27,6 +30,7 @@ impl Default for GpuReplayOptions {
         GpuReplayOptions {
             scale: 1,
             device_memory: None,
+            chunk_policy: ChunkPolicy::default(),
         }
     }
 }
@@ -41,6 +45,12 @@ impl GpuReplayOptions {
     /// Sets the device memory size for `per_process_memory_fraction`.
     pub fn with_device_memory(mut self, bytes: Option<u64>) -> Self {
         self.device_memory = bytes;
+        self
+    }
+
+    /// Sets the chunk policy of a page-mapped pool.
+    pub fn with_chunk_policy(mut self, policy: ChunkPolicy) -> Self {
+        self.chunk_policy = policy;
         self
     }
 }
@@ -132,7 +142,9 @@ pub fn replay_on_gpu(
     let device_memory = options
         .device_memory
         .or_else(|| gpu.memory_info().and_then(|info| info.device_local_bytes()));
-    let mut pool_options = PoolOptions::default().with_label("replay");
+    let mut pool_options = PoolOptions::default()
+        .with_label("replay")
+        .with_chunk_policy(options.chunk_policy);
     if let Some(bytes) = device_memory {
         pool_options = pool_options.with_device_memory(bytes);
     }

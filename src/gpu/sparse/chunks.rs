@@ -3,8 +3,9 @@
 //! A chunk is allocated when a map needs more pages than the free ones, and freed only when
 //! none of its pages is bound. Allocating is costly per call (0.18 ms for 2 MiB, 5.4 ms for
 //! 256 MiB on an H200) and freeing more so (3.3 ms for 2 MiB), so chunks grow with the
-//! memory already in chunks: a new chunk is about 1/128 of it, which keeps the memory in
-//! chunks but not in pages under 1% of the total while taking few allocations.
+//! memory already in chunks ([`ChunkPolicy`]): a new chunk is about 1/128 of it, which keeps
+//! the memory in chunks but not in pages under 1% of the total while taking few
+//! allocations.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -15,25 +16,58 @@ use super::device::SparseDevice;
 use super::error::SparseError;
 
 /// How large new chunks are.
+///
+/// A map that finds too few free pages allocates one chunk. Its size is the *preferred*
+/// chunk ([`chunk_size`](Self::chunk_size): the memory in chunks divided by
+/// [`divisor`](Self::divisor), at least the device memory divided by
+/// [`device_divisor`](Self::device_divisor), within `min_chunk..=max_chunk`), or, when the
+/// shortfall is
+/// larger, the shortfall plus (with [`spare_on_large`](Self::spare_on_large)) the preferred
+/// chunk, so that the maps after a large one find free pages instead of each allocating a
+/// chunk of its own. Every size is a multiple of [`granule`](Self::granule).
+///
+/// Guarantee: after any map, the pages in chunks but not bound are fewer than one preferred
+/// chunk plus one granule, so device memory exceeds the memory bound by at most that.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ChunkPolicy {
     /// The smallest chunk, in bytes (rounded up to whole pages).
     pub min_chunk: u64,
-    /// The largest chunk grown by the ratio (a single map larger than this still gets one
-    /// chunk of its size).
+    /// The largest preferred chunk (a single map larger than this still gets one chunk of
+    /// its size).
     pub max_chunk: u64,
-    /// A new chunk is the memory in chunks so far divided by this, rounded down to a power of
-    /// two, within `min_chunk..=max_chunk`.
+    /// The preferred chunk is the memory in chunks so far divided by this, rounded down to
+    /// a power of two, within `min_chunk..=max_chunk`.
     pub divisor: u64,
+    /// The preferred chunk is at least the device memory divided by this (0: no such
+    /// floor): on a large device, the first gigabytes then take a few calls rather than
+    /// hundreds of 2 MiB ones.
+    pub device_divisor: u64,
+    /// Every chunk is a multiple of this many bytes (rounded up to whole pages). 2 MiB by
+    /// default: drivers back device memory with 2 MiB pages where they can.
+    pub granule: u64,
+    /// Whether a map larger than the preferred chunk allocates the preferred chunk on top of
+    /// its shortfall, in the same call.
+    pub spare_on_large: bool,
+    /// Whether a map binds free pages (up to a preferred chunk) right after its end, so that
+    /// the next map there needs no bind call ([`PagedMemory::map`](super::PagedMemory::map)).
+    pub bind_spare: bool,
 }
 
 impl Default for ChunkPolicy {
+    /// Chunks of 1/128 of the memory in chunks and at least 1/2048 of the device memory
+    /// (70 MiB on an H200 with 140 GiB), from 2 MiB to 256 MiB, in 2 MiB granules, with spare
+    /// pages after a large map: the memory in chunks but not mapped stays under the larger of
+    /// 0.8% of the memory in chunks and 0.05% of the device, plus a granule.
     fn default() -> Self {
         ChunkPolicy {
             min_chunk: 2 << 20,
             max_chunk: 256 << 20,
             divisor: 128,
+            device_divisor: 2048,
+            granule: 2 << 20,
+            spare_on_large: true,
+            bind_spare: true,
         }
     }
 }
@@ -45,7 +79,7 @@ impl ChunkPolicy {
         self
     }
 
-    /// Sets the largest chunk grown by the ratio.
+    /// Sets the largest preferred chunk.
     pub fn with_max_chunk(mut self, bytes: u64) -> Self {
         self.max_chunk = bytes;
         self
@@ -57,17 +91,81 @@ impl ChunkPolicy {
         self
     }
 
-    /// The size of the next chunk when `in_chunks` bytes are in chunks and `page` is the
-    /// page.
-    pub fn chunk_size(&self, in_chunks: u64, page: u64) -> u64 {
-        let grown = in_chunks / self.divisor;
+    /// Sets the ratio of device memory to the smallest preferred chunk (0: none).
+    pub fn with_device_divisor(mut self, divisor: u64) -> Self {
+        self.device_divisor = divisor;
+        self
+    }
+
+    /// Sets the granule every chunk size is a multiple of.
+    pub fn with_granule(mut self, bytes: u64) -> Self {
+        self.granule = bytes;
+        self
+    }
+
+    /// Sets whether a large map allocates a preferred chunk on top of its shortfall.
+    pub fn with_spare_on_large(mut self, spare: bool) -> Self {
+        self.spare_on_large = spare;
+        self
+    }
+
+    /// Sets whether maps bind spare pages after their end.
+    pub fn with_bind_spare(mut self, bind: bool) -> Self {
+        self.bind_spare = bind;
+        self
+    }
+
+    /// The preferred size of the next chunk when `in_chunks` bytes are in chunks on a device
+    /// of `device_memory` bytes, and `page` is the page.
+    pub fn chunk_size(&self, in_chunks: u64, device_memory: u64, page: u64) -> u64 {
+        let grown = in_chunks / self.divisor.max(1);
         let grown = if grown == 0 {
             0
         } else {
             1u64 << (63 - grown.leading_zeros())
         };
-        let size = grown.clamp(self.min_chunk, self.max_chunk.max(self.min_chunk));
-        size.div_ceil(page) * page
+        let floor = device_memory.checked_div(self.device_divisor).unwrap_or(0);
+        let size = grown
+            .max(floor)
+            .clamp(self.min_chunk, self.max_chunk.max(self.min_chunk));
+        self.round(size, page)
+    }
+
+    /// The size of the chunk a map allocates when it lacks `shortfall` bytes and `in_chunks`
+    /// bytes are in chunks on a device of `device_memory` bytes: at least `shortfall`, a
+    /// multiple of the granule and the page.
+    ///
+    /// ```
+    /// use wgpool::gpu::sparse::ChunkPolicy;
+    ///
+    /// let policy = ChunkPolicy::default();
+    /// let page = 64 << 10;
+    /// let device = 16 << 30; // the floor is 8 MiB
+    /// // 4 GiB in chunks: the preferred chunk is 32 MiB.
+    /// assert_eq!(policy.chunk_for(1 << 20, 4 << 30, device, page), 32 << 20);
+    /// // A 100 MiB shortfall gets 100 MiB plus a preferred chunk.
+    /// assert_eq!(policy.chunk_for(100 << 20, 4 << 30, device, page), 132 << 20);
+    /// // Nothing in chunks yet: the device's floor.
+    /// assert_eq!(policy.chunk_for(1 << 20, 0, device, page), 8 << 20);
+    /// ```
+    pub fn chunk_for(&self, shortfall: u64, in_chunks: u64, device_memory: u64, page: u64) -> u64 {
+        let preferred = self.chunk_size(in_chunks, device_memory, page);
+        if shortfall <= preferred {
+            return preferred;
+        }
+        let size = if self.spare_on_large {
+            shortfall.saturating_add(preferred)
+        } else {
+            shortfall
+        };
+        self.round(size, page)
+    }
+
+    /// `size` rounded up to the granule and the page.
+    fn round(&self, size: u64, page: u64) -> u64 {
+        let page = page.max(1);
+        let granule = self.granule.max(1).div_ceil(page) * page;
+        size.div_ceil(granule).saturating_mul(granule)
     }
 }
 
@@ -102,6 +200,8 @@ pub struct ChunkCounters {
 pub(crate) struct Chunks {
     page: u64,
     policy: ChunkPolicy,
+    /// The device memory the policy's floor is a fraction of.
+    device_memory: u64,
     chunks: Vec<Option<Chunk>>,
     /// Free runs of every chunk ordered by (length, chunk, first): best fit first.
     by_length: BTreeSet<(u32, u32, u32)>,
@@ -112,10 +212,11 @@ pub(crate) struct Chunks {
 }
 
 impl Chunks {
-    pub fn new(page: u64, policy: ChunkPolicy) -> Chunks {
+    pub fn new(page: u64, policy: ChunkPolicy, device_memory: u64) -> Chunks {
         Chunks {
             page,
             policy,
+            device_memory,
             chunks: Vec::new(),
             by_length: BTreeSet::new(),
             free_pages: 0,
@@ -138,6 +239,23 @@ impl Chunks {
     /// Bytes of chunk pages not bound anywhere.
     pub fn free_bytes(&self) -> u64 {
         self.free_pages * self.page
+    }
+
+    /// Pages not taken.
+    pub fn free_pages(&self) -> u64 {
+        self.free_pages
+    }
+
+    /// Whether maps bind spare pages.
+    pub fn binds_spare(&self) -> bool {
+        self.policy.bind_spare
+    }
+
+    /// The preferred size of the next chunk, in pages.
+    pub fn preferred_pages(&self) -> u64 {
+        self.policy
+            .chunk_size(self.device_bytes, self.device_memory, self.page)
+            / self.page
     }
 
     /// Number of live chunks.
@@ -190,6 +308,33 @@ impl Chunks {
             left -= used as u64;
         }
         Ok(runs)
+    }
+
+    /// Takes the given free pages (a run returned with [`give`](Self::give) and not taken
+    /// since), to undo a `give`.
+    pub fn take_exact(&mut self, run: PhysicalRun) {
+        let state = self.chunks[run.chunk as usize]
+            .as_ref()
+            .expect("runs name live chunks");
+        let (start, length) = state
+            .free
+            .range(..=run.first)
+            .next_back()
+            .map(|(&s, &l)| (s, l))
+            .filter(|&(s, l)| s + l >= run.first + run.pages)
+            .expect("the run is free");
+        self.remove_free(run.chunk, start, length);
+        if start < run.first {
+            self.insert_free(run.chunk, start, run.first - start);
+        }
+        let end = start + length;
+        if run.first + run.pages < end {
+            self.insert_free(
+                run.chunk,
+                run.first + run.pages,
+                end - run.first - run.pages,
+            );
+        }
     }
 
     /// Returns a run taken before, merging it with free neighbours.
@@ -297,8 +442,7 @@ impl Chunks {
         }
         let preferred = self
             .policy
-            .chunk_size(self.device_bytes, self.page)
-            .max(needed)
+            .chunk_for(needed, self.device_bytes, self.device_memory, self.page)
             .min(room);
         let memory = match self.allocate(sparse, preferred) {
             Ok(memory) => (memory, preferred),
@@ -361,5 +505,78 @@ impl Chunks {
         state.free_pages -= pages;
         self.free_pages -= pages as u64;
         self.by_length.remove(&(pages, chunk, first));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkPolicy;
+
+    const MIB: u64 = 1 << 20;
+    const PAGE: u64 = 64 << 10;
+
+    #[test]
+    fn the_preferred_chunk_grows_with_the_memory_in_chunks_within_its_bounds() {
+        let policy = ChunkPolicy::default();
+        let small = 1 << 30; // a floor of 0.5 MiB: under the smallest chunk
+        assert_eq!(policy.chunk_size(0, small, PAGE), 2 * MIB);
+        assert_eq!(policy.chunk_size(255 * MIB, small, PAGE), 2 * MIB);
+        // 1000 MiB / 128 = 7.8 MiB, rounded down to a power of two.
+        assert_eq!(policy.chunk_size(1000 * MIB, small, PAGE), 4 * MIB);
+        assert_eq!(policy.chunk_size(1 << 40, small, PAGE), 256 * MIB);
+        // An H200's 139.8 GiB: a floor of 69.9 MiB, in 2 MiB granules.
+        let h200 = 150_109_880_320;
+        assert_eq!(policy.chunk_size(0, h200, PAGE), 70 * MIB);
+        assert_eq!(policy.chunk_size(16 << 30, h200, PAGE), 128 * MIB);
+        let no_floor = policy.with_device_divisor(0);
+        assert_eq!(no_floor.chunk_size(0, h200, PAGE), 2 * MIB);
+    }
+
+    #[test]
+    fn chunks_are_whole_granules_and_whole_pages() {
+        let policy = ChunkPolicy::default();
+        // A shortfall of 3 MiB and a page, 4 GiB in chunks (preferred 32 MiB): 32 MiB.
+        assert_eq!(policy.chunk_for(3 * MIB + PAGE, 4 << 30, 0, PAGE), 32 * MIB);
+        // 40 MiB and a page, plus 32 MiB spare, rounded up to 2 MiB.
+        assert_eq!(
+            policy.chunk_for(40 * MIB + PAGE, 4 << 30, 0, PAGE),
+            74 * MIB
+        );
+        let exact = policy.with_spare_on_large(false);
+        assert_eq!(exact.chunk_for(40 * MIB + PAGE, 4 << 30, 0, PAGE), 42 * MIB);
+        // A granule smaller than the page rounds to the page; one that is not a multiple of
+        // the page is rounded up to one.
+        let fine = exact.with_granule(1);
+        assert_eq!(
+            fine.chunk_for(40 * MIB + 1, 4 << 30, 0, PAGE),
+            40 * MIB + PAGE
+        );
+        let odd = exact.with_granule(100 << 10);
+        assert_eq!(
+            odd.chunk_for(40 * MIB + 1, 4 << 30, 0, PAGE),
+            40 * MIB + (128 << 10)
+        );
+    }
+
+    #[test]
+    fn the_unbound_remainder_stays_under_a_preferred_chunk_and_a_granule() {
+        let policy = ChunkPolicy::default();
+        let mut in_chunks = 0u64;
+        let mut free = 0u64;
+        // Maps of every size from a page to 1 GiB, in a fixed scramble.
+        let mut size = PAGE;
+        for i in 0..2000u64 {
+            size = (size * 7 + i * PAGE) % (1 << 30) / PAGE * PAGE + PAGE;
+            if size > free {
+                let preferred = policy.chunk_size(in_chunks, 8 << 30, PAGE);
+                let chunk = policy.chunk_for(size - free, in_chunks, 8 << 30, PAGE);
+                assert!(chunk >= size - free);
+                assert_eq!(chunk % (2 * MIB), 0);
+                in_chunks += chunk;
+                free += chunk;
+                assert!(free - size < preferred + 2 * MIB, "map {i}");
+            }
+            free -= size;
+        }
     }
 }

@@ -18,8 +18,13 @@ use super::range::{SparseRange, check_usage};
 pub struct PagedCounters {
     /// Chunk allocation and freeing.
     pub chunks: ChunkCounters,
-    /// `vkQueueBindSparse` calls (each waited on with a fence).
+    /// `vkQueueBindSparse` calls.
     pub bind_calls: u64,
+    /// Maps served wholly by spare pages already bound where they were asked for, with no
+    /// driver call.
+    pub maps_from_spare: u64,
+    /// Bytes bound as spare pages over the memory's life.
+    pub spare_bound_bytes_total: u64,
     /// Time in those calls and their fence waits.
     pub bind_time: Duration,
     /// Ranges created.
@@ -53,8 +58,10 @@ impl PagedCounters {
 pub struct PagedUsage {
     /// Bytes of device memory in chunks.
     pub device_bytes: u64,
-    /// Bytes of pages bound into ranges.
+    /// Bytes of pages bound into ranges for blocks (maps), spare pages not included.
     pub mapped_bytes: u64,
+    /// Bytes of spare pages: bound past the end of a map, for the next map there.
+    pub spare_bytes: u64,
     /// Bytes of address space reserved by ranges.
     pub range_bytes: u64,
     /// Live ranges.
@@ -68,20 +75,107 @@ pub struct PagedUsage {
 enum BindKind {
     Map,
     Unmap,
+    /// Unbinding spare pages only: no GPU work ever used them.
+    Reclaim,
 }
 
 struct RangeState {
     range: SparseRange,
     /// Bound extents: offset in the range -> the physical pages behind it.
     mapped: BTreeMap<u64, PhysicalRun>,
+    /// Spare extents: bound, but not mapped for any block (see [`PagedMemory::map`]).
+    spare: BTreeMap<u64, PhysicalRun>,
+}
+
+/// Unbinds of `runs` (offset, bytes): the entries of a bind call.
+fn unbinds(runs: impl IntoIterator<Item = (u64, u64)>) -> Vec<vk::SparseMemoryBind> {
+    runs.into_iter()
+        .map(|(offset, len)| {
+            vk::SparseMemoryBind::default()
+                .resource_offset(offset)
+                .size(len)
+                .memory(vk::DeviceMemory::null())
+        })
+        .collect()
+}
+
+/// Physical pages placed at an offset of a range.
+type Placed = (u64, PhysicalRun);
+
+/// Removes the parts of `offset..offset + len` that spare extents of `spare` cover, and
+/// returns them (offset, physical pages) and the parts they do not cover (offset, bytes), in
+/// order.
+fn take_covered(
+    spare: &mut BTreeMap<u64, PhysicalRun>,
+    page: u64,
+    offset: u64,
+    len: u64,
+) -> (Vec<Placed>, Vec<(u64, u64)>) {
+    let (mut covered, mut uncovered) = (Vec::new(), Vec::new());
+    let end = offset + len;
+    let mut at = offset;
+    while at < end {
+        let holding = spare
+            .range(..=at)
+            .next_back()
+            .map(|(&start, &run)| (start, run))
+            .filter(|&(start, run)| start + run.pages as u64 * page > at);
+        match holding {
+            Some((start, run)) => {
+                spare.remove(&start);
+                let run_end = start + run.pages as u64 * page;
+                let cut_start = ((at - start) / page) as u32;
+                let cut_end = ((run_end.min(end) - start) / page) as u32;
+                if cut_start > 0 {
+                    spare.insert(
+                        start,
+                        PhysicalRun {
+                            pages: cut_start,
+                            ..run
+                        },
+                    );
+                }
+                if cut_end < run.pages {
+                    spare.insert(
+                        start + cut_end as u64 * page,
+                        PhysicalRun {
+                            chunk: run.chunk,
+                            first: run.first + cut_end,
+                            pages: run.pages - cut_end,
+                        },
+                    );
+                }
+                covered.push((
+                    at,
+                    PhysicalRun {
+                        chunk: run.chunk,
+                        first: run.first + cut_start,
+                        pages: cut_end - cut_start,
+                    },
+                ));
+                at = start + cut_end as u64 * page;
+            }
+            None => {
+                let next = spare.range(at..).next().map_or(end, |(&s, _)| s.min(end));
+                uncovered.push((at, next - at));
+                at = next;
+            }
+        }
+    }
+    (covered, uncovered)
 }
 
 /// The page-mapped memory of one pool: sparse ranges (each one `wgpu::Buffer`) and the
 /// device memory chunks whose pages are bound into them.
 ///
 /// Guarantees:
-/// - a map is one `vkQueueBindSparse`, complete (fence waited) when the call returns, so
-///   work submitted afterwards sees the pages;
+/// - a map is at most one `vkQueueBindSparse`, and work submitted after it returns sees the
+///   pages (the GPU waits for the bind, or the CPU did);
+/// - a map may bind *spare* pages right after its end, from memory already in chunks (at
+///   most a preferred chunk, [`ChunkPolicy`]): a later map there takes them with no driver
+///   call. Spare pages are never used by GPU work; a map elsewhere that needs their memory
+///   unbinds them in its own call, and [`release_idle`](Self::release_idle) unbinds them
+///   before freeing chunks. They count as held, not mapped ([`PagedUsage::spare_bytes`]);
 /// - an unmap first waits until every submission made before it has finished on the GPU,
 ///   then unbinds in one call; its memory stays held for reuse until
 ///   [`release_idle`](Self::release_idle);
@@ -99,6 +193,7 @@ pub struct PagedMemory {
     chunks: Chunks,
     limit: Option<u64>,
     mapped_bytes: u64,
+    spare_bytes: u64,
     range_bytes: u64,
     counters: PagedCounters,
     /// Held memory as the engine counts it (see the `SegmentSource` impl).
@@ -122,7 +217,7 @@ impl PagedMemory {
         let sparse = sparse_device(device)?;
         let page = sparse.page_size();
         Ok(PagedMemory {
-            chunks: Chunks::new(page, policy),
+            chunks: Chunks::new(page, policy, sparse.facts().heap_size),
             sparse,
             device: device.clone(),
             queue: queue.clone(),
@@ -131,6 +226,7 @@ impl PagedMemory {
             ranges: Vec::new(),
             limit: None,
             mapped_bytes: 0,
+            spare_bytes: 0,
             range_bytes: 0,
             counters: PagedCounters::default(),
             engine_held: 0,
@@ -172,6 +268,7 @@ impl PagedMemory {
         PagedUsage {
             device_bytes: self.chunks.device_bytes(),
             mapped_bytes: self.mapped_bytes,
+            spare_bytes: self.spare_bytes,
             range_bytes: self.range_bytes,
             ranges: self.ranges.iter().flatten().count(),
             chunks: self.chunks.count(),
@@ -225,6 +322,7 @@ impl PagedMemory {
         self.ranges[slot] = Some(RangeState {
             range,
             mapped: BTreeMap::new(),
+            spare: BTreeMap::new(),
         });
         self.range_bytes += size;
         Ok(())
@@ -242,6 +340,7 @@ impl PagedMemory {
         if !mapped.is_empty() {
             self.unmap(id, &mapped)?;
         }
+        self.reclaim_spare(Some(id))?;
         // Binds into the range may still be pending: its buffer must outlive them.
         self.sparse.wait_for_binds()?;
         let state = self.ranges[id as usize].take().expect("checked live");
@@ -316,8 +415,14 @@ impl PagedMemory {
         true
     }
 
-    /// Binds memory behind every `(offset, len)` run of range `id`, in one
+    /// Binds memory behind every `(offset, len)` run of range `id`, in at most one
     /// `vkQueueBindSparse`. Runs are whole pages, inside the range, and not mapped yet.
+    ///
+    /// Parts of the runs that spare pages of the range already back are mapped with no bind.
+    /// The rest takes free pages of the chunks; where they are too few, the spare pages of
+    /// every range are unbound in the same call, and only then is a chunk allocated. Free
+    /// pages left over (up to a preferred chunk) are bound as spare right after the map's
+    /// end, as far as the range has unmapped room there.
     pub fn map(&mut self, id: u32, runs: &[(u64, u64)]) -> Result<(), SparseError> {
         let page = self.page_size();
         self.check_runs(id, runs)?;
@@ -341,12 +446,65 @@ impl PagedMemory {
         if total_pages == 0 {
             return Ok(());
         }
-        let physical = self.chunks.take(&self.sparse, total_pages, self.limit)?;
-        // Lay the physical runs over the requested runs, in order.
+        // What spare pages of this range already back, and what is left to bind.
+        let (mut covered, mut uncovered) = (Vec::new(), Vec::new());
+        {
+            let state = self.ranges[id as usize].as_mut().expect("checked live");
+            for &(offset, len) in runs.iter().filter(|&&(_, len)| len > 0) {
+                let (c, u) = take_covered(&mut state.spare, page, offset, len);
+                covered.extend(c);
+                uncovered.extend(u);
+            }
+        }
+        let from_spare: u64 = covered.iter().map(|(_, r)| r.pages as u64).sum();
+        self.spare_bytes -= from_spare * page;
+        let need: u64 = uncovered.iter().map(|&(_, len)| len / page).sum();
+        // Too few free pages: the spare pages elsewhere go back first (unbound in this call).
+        let mut reclaimed: Vec<(u32, u64, PhysicalRun)> = Vec::new();
+        if need > self.chunks.free_pages() && self.spare_bytes > 0 {
+            for (range_id, state) in self.ranges.iter_mut().enumerate() {
+                let Some(state) = state else { continue };
+                for (offset, run) in std::mem::take(&mut state.spare) {
+                    reclaimed.push((range_id as u32, offset, run));
+                }
+            }
+            for &(_, _, run) in &reclaimed {
+                self.spare_bytes -= run.pages as u64 * page;
+                self.chunks.give(run);
+            }
+        }
+        let undo = |memory: &mut PagedMemory, taken: Vec<PhysicalRun>| {
+            for run in taken {
+                memory.chunks.give(run);
+            }
+            for &(range_id, offset, run) in &reclaimed {
+                memory.chunks.take_exact(run);
+                memory.spare_bytes += run.pages as u64 * page;
+                let state = memory.ranges[range_id as usize].as_mut().expect("live");
+                state.spare.insert(offset, run);
+            }
+            let state = memory.ranges[id as usize].as_mut().expect("checked live");
+            for &(offset, run) in &covered {
+                state.spare.insert(offset, run);
+            }
+            memory.spare_bytes += from_spare * page;
+        };
+        let physical = if need > 0 {
+            match self.chunks.take(&self.sparse, need, self.limit) {
+                Ok(physical) => physical,
+                Err(error) => {
+                    undo(self, Vec::new());
+                    return Err(error);
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        // Lay the physical runs over the uncovered runs, in order.
         let mut placed: Vec<(u64, PhysicalRun)> = Vec::new();
         let mut source = physical.iter().copied();
         let mut current = source.next();
-        for &(offset, len) in runs {
+        for &(offset, len) in &uncovered {
             let mut at = offset;
             let end = offset + len;
             while at < end {
@@ -368,26 +526,78 @@ impl PagedMemory {
                 }
             }
         }
+        // Spare pages after the map's end, unless this call unbinds some of this range's
+        // (a range of a resource is bound at most once per batch).
+        let map_end = runs.iter().map(|&(o, l)| o + l).max().unwrap_or(0);
+        let mut spare: Vec<(u64, PhysicalRun)> = Vec::new();
+        if self.chunks.binds_spare() && !reclaimed.iter().any(|&(range_id, _, _)| range_id == id) {
+            let state = self.ranges[id as usize].as_ref().expect("checked live");
+            let next_mapped = state.mapped.range(map_end..).next().map(|(&o, _)| o);
+            let next_spare = state.spare.range(map_end..).next().map(|(&o, _)| o);
+            let room_end = [next_mapped, next_spare]
+                .into_iter()
+                .flatten()
+                .fold(state.range.size(), u64::min);
+            let pages = (room_end.saturating_sub(map_end) / page)
+                .min(self.chunks.free_pages())
+                .min(self.chunks.preferred_pages());
+            if pages > 0 {
+                let taken = self
+                    .chunks
+                    .take(&self.sparse, pages, None)
+                    .expect("no more pages than are free");
+                let mut at = map_end;
+                for run in taken {
+                    spare.push((at, run));
+                    at += run.pages as u64 * page;
+                }
+            }
+        }
+        let bind_of = |memory: &PagedMemory, &(offset, run): &(u64, PhysicalRun)| {
+            vk::SparseMemoryBind::default()
+                .resource_offset(offset)
+                .size(run.pages as u64 * page)
+                .memory(memory.chunks.memory(run.chunk))
+                .memory_offset(run.first as u64 * page)
+        };
+        let mut entries: Vec<(u32, Vec<vk::SparseMemoryBind>)> = Vec::new();
+        let mut reclaim_ranges: Vec<u32> = reclaimed.iter().map(|&(r, _, _)| r).collect();
+        reclaim_ranges.dedup();
+        for range_id in reclaim_ranges {
+            let runs = reclaimed
+                .iter()
+                .filter(|&&(r, _, _)| r == range_id)
+                .map(|&(_, offset, run)| (offset, run.pages as u64 * page));
+            entries.push((range_id, unbinds(runs)));
+        }
         let binds: Vec<vk::SparseMemoryBind> = placed
             .iter()
-            .map(|&(offset, run)| {
-                vk::SparseMemoryBind::default()
-                    .resource_offset(offset)
-                    .size(run.pages as u64 * page)
-                    .memory(self.chunks.memory(run.chunk))
-                    .memory_offset(run.first as u64 * page)
-            })
+            .chain(&spare)
+            .map(|bind| bind_of(self, bind))
             .collect();
-        if let Err(error) = self.submit_binds(id, &binds, BindKind::Map) {
-            for run in physical {
-                self.chunks.give(run);
-            }
+        if !binds.is_empty() {
+            entries.push((id, binds));
+        }
+        if entries.is_empty() {
+            self.counters.maps_from_spare += 1;
+        } else if let Err(error) = self.submit_bind_call(&entries, BindKind::Map) {
+            let taken = physical
+                .into_iter()
+                .chain(spare.into_iter().map(|(_, run)| run))
+                .collect();
+            undo(self, taken);
             return Err(error);
         }
+        let spare_bytes: u64 = spare.iter().map(|(_, r)| r.pages as u64 * page).sum();
         let state = self.ranges[id as usize].as_mut().expect("checked live");
-        for (offset, run) in placed {
+        for (offset, run) in covered.into_iter().chain(placed) {
             state.mapped.insert(offset, run);
         }
+        for (offset, run) in spare {
+            state.spare.insert(offset, run);
+        }
+        self.spare_bytes += spare_bytes;
+        self.counters.spare_bound_bytes_total += spare_bytes;
         let bytes = total_pages * page;
         self.mapped_bytes += bytes;
         self.counters.mapped_bytes_total += bytes;
@@ -412,17 +622,8 @@ impl PagedMemory {
             return Ok(());
         }
         let raw_runs: Vec<(u64, u64)> = runs.to_vec();
-        let binds: Vec<vk::SparseMemoryBind> = raw_runs
-            .iter()
-            .filter(|&&(_, len)| len > 0)
-            .map(|&(offset, len)| {
-                vk::SparseMemoryBind::default()
-                    .resource_offset(offset)
-                    .size(len)
-                    .memory(vk::DeviceMemory::null())
-            })
-            .collect();
-        self.submit_binds(id, &binds, BindKind::Unmap)?;
+        let binds = unbinds(raw_runs.iter().copied().filter(|&(_, len)| len > 0));
+        self.submit_bind_call(&[(id, binds)], BindKind::Unmap)?;
         let state = self.ranges[id as usize].as_mut().expect("checked live");
         let mut freed = Vec::new();
         for &(offset, len) in &raw_runs {
@@ -477,6 +678,10 @@ impl PagedMemory {
     /// Frees chunks with no page in use, largest first, as long as the total stays at most
     /// `bytes`; returns the bytes freed. Held pages of chunks that are partly in use stay.
     pub fn release_idle(&mut self, bytes: u64) -> u64 {
+        if bytes > 0 && self.spare_bytes > 0 {
+            // Spare pages keep chunks in use; a failure leaves them where they are.
+            let _ = self.reclaim_spare(None);
+        }
         if bytes > 0 && self.chunks.has_idle() {
             // Unbinds of the chunks' pages may still be pending on the GPU.
             let start = Instant::now();
@@ -499,9 +704,46 @@ impl PagedMemory {
         self.sparse.wait_for_binds()
     }
 
-    /// Bytes of held memory not bound anywhere.
+    /// Bytes of held memory not mapped for any block: pages bound nowhere and spare pages.
     pub fn idle_bytes(&self) -> u64 {
-        self.chunks.free_bytes()
+        self.chunks.free_bytes() + self.spare_bytes
+    }
+
+    /// Unbinds the spare pages of range `only` (every range for `None`) in one call and
+    /// returns their memory to the chunks. No GPU work used them, so nothing is waited for.
+    fn reclaim_spare(&mut self, only: Option<u32>) -> Result<(), SparseError> {
+        let page = self.page_size();
+        let mut calls: Vec<(u32, Vec<(u64, PhysicalRun)>)> = Vec::new();
+        for (id, state) in self.ranges.iter().enumerate() {
+            let Some(state) = state else { continue };
+            if only.is_some_and(|only| only as usize != id) || state.spare.is_empty() {
+                continue;
+            }
+            calls.push((
+                id as u32,
+                state.spare.iter().map(|(&o, &r)| (o, r)).collect(),
+            ));
+        }
+        if calls.is_empty() {
+            return Ok(());
+        }
+        let entries: Vec<(u32, Vec<vk::SparseMemoryBind>)> = calls
+            .iter()
+            .map(|(id, runs)| {
+                let binds = unbinds(runs.iter().map(|&(o, r)| (o, r.pages as u64 * page)));
+                (*id, binds)
+            })
+            .collect();
+        self.submit_bind_call(&entries, BindKind::Reclaim)?;
+        for (id, runs) in calls {
+            let state = self.ranges[id as usize].as_mut().expect("listed live");
+            state.spare.clear();
+            for (_, run) in runs {
+                self.spare_bytes -= run.pages as u64 * page;
+                self.chunks.give(run);
+            }
+        }
+        Ok(())
     }
 
     fn range(&self, id: u32) -> Result<&RangeState, SparseError> {
@@ -528,20 +770,25 @@ impl PagedMemory {
         Ok(())
     }
 
-    /// One `vkQueueBindSparse` of `binds` into range `id`, ordered with the GPU: a map
-    /// before any later wgpu work, an unmap after all earlier wgpu work. With timelines the
-    /// GPU does the waiting; without, the CPU does (a fence, and for an unmap a wait for the
-    /// GPU first).
-    fn submit_binds(
+    /// One `vkQueueBindSparse` of `entries` (binds into each named range), ordered with the
+    /// GPU: a map before any later wgpu work, an unmap after all earlier wgpu work, a
+    /// reclaim of spare pages (which no work used) with neither. With timelines the GPU does
+    /// the waiting; without, the CPU does (a fence, and for an unmap a wait for the GPU
+    /// first).
+    fn submit_bind_call(
         &mut self,
-        id: u32,
-        binds: &[vk::SparseMemoryBind],
+        entries: &[(u32, Vec<vk::SparseMemoryBind>)],
         kind: BindKind,
     ) -> Result<(), SparseError> {
-        let buffer = self.range(id)?.range.raw();
-        let info = vk::SparseBufferMemoryBindInfo::default()
-            .buffer(buffer)
-            .binds(binds);
+        let mut infos = Vec::with_capacity(entries.len());
+        for (id, binds) in entries {
+            let buffer = self.range(*id)?.range.raw();
+            infos.push(
+                vk::SparseBufferMemoryBindInfo::default()
+                    .buffer(buffer)
+                    .binds(binds),
+            );
+        }
         let sparse = self.sparse.clone();
         let timelines = sparse.inner.timelines.as_ref();
         let after_gpu = match (kind, timelines) {
@@ -550,18 +797,16 @@ impl PagedMemory {
                 self.wait_for_gpu();
                 None
             }
-            (BindKind::Map, _) => None,
+            (BindKind::Map | BindKind::Reclaim, _) => None,
         };
         let start = Instant::now();
         let result = match timelines {
-            Some(timelines) => sparse
-                .bind_ordered(std::slice::from_ref(&info), after_gpu)
-                .map(|value| {
-                    if kind == BindKind::Map {
-                        timelines.gpu_waits_for_bind(&self.queue, value);
-                    }
-                }),
-            None => sparse.bind(std::slice::from_ref(&info)),
+            Some(timelines) => sparse.bind_ordered(&infos, after_gpu).map(|value| {
+                if kind == BindKind::Map {
+                    timelines.gpu_waits_for_bind(&self.queue, value);
+                }
+            }),
+            None => sparse.bind(&infos),
         };
         self.counters.bind_time += start.elapsed();
         self.counters.bind_calls += 1;
