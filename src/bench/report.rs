@@ -19,7 +19,8 @@ pub struct BenchReport {
     pub warmup_runs: u32,
     /// Least warm-up time before each measurement, in milliseconds.
     pub min_warmup_ms: u64,
-    /// Timed runs per measurement; figures are medians over these.
+    /// Timed runs per measurement; figures are medians over these. A kernel's placements are
+    /// timed in 3 interleaved rounds that share the runs.
     pub timed_runs: u32,
     /// Seed of the random inputs (pass `--seed` to repeat a run's data).
     pub seed: u64,

@@ -1,5 +1,5 @@
-//! The benchmark driver: for every kernel and placement, verify on fresh random data, then
-//! time; then the in-device moves.
+//! The benchmark driver: for every kernel, verify each placement on fresh random data, then
+//! time the placements in interleaved rounds; then the in-device moves.
 
 use crate::bench::timing::{Measurement, RunCounts, Timer, TimingMethod};
 use crate::config::Config;
@@ -132,6 +132,9 @@ pub fn run_bench(
     let mut rows = Vec::new();
     let mut seed = config.seed;
     for &kernel in &selected {
+        // Every placement is prepared and verified first, then timed in interleaved rounds,
+        // so that a drift of the GPU's clocks falls on all placements alike.
+        let mut prepared = Vec::with_capacity(sources.len());
         for source in sources.iter_mut() {
             let label = format!(
                 "{}_{} on {}",
@@ -141,10 +144,9 @@ pub fn run_bench(
             );
             progress(BenchEvent::Step { label: &label });
             seed = seed.wrapping_add(0x100);
-            rows.push(bench_kernel(
+            prepared.push(prepare_kernel(
                 ctx,
                 &kernels,
-                &timer,
                 kernel,
                 source.as_mut(),
                 config,
@@ -152,6 +154,8 @@ pub fn run_bench(
             )?);
             check_uncaptured(ctx, &label)?;
         }
+        rows.extend(time_interleaved(&timer, config, &prepared)?);
+        check_uncaptured(ctx, kernel.name())?;
     }
     let peak = match rows
         .iter()
@@ -162,16 +166,15 @@ pub fn run_bench(
             progress(BenchEvent::Step {
                 label: "copy peak on raw buffers",
             });
-            bench_kernel(
+            let copy = prepare_kernel(
                 ctx,
                 &kernels,
-                &timer,
                 Kernel::CopyF32,
                 &mut RawBuffers,
                 config,
                 seed ^ 1,
-            )?
-            .gbps
+            )?;
+            time_interleaved(&timer, config, std::slice::from_ref(&copy))?[0].gbps
         }
     };
     for row in &mut rows {
@@ -282,15 +285,25 @@ fn call_on<'a>(kernel: Kernel, set: &'a OperandSet, result: Option<Operand<'a>>)
     }
 }
 
-fn bench_kernel(
+/// A kernel on one placement, verified and ready to time; its operands stay allocated while
+/// it lives.
+struct PreparedPlacement {
+    placement: String,
+    prepared: PreparedKernel,
+    _set: OperandSet,
+    _result: Option<wgpu::Buffer>,
+}
+
+/// Allocates the kernel's operands from `source`, fills them with random data, runs the
+/// kernel once and checks its output against the CPU reference.
+fn prepare_kernel(
     ctx: &GpuContext,
     kernels: &Kernels,
-    timer: &Timer,
     kernel: Kernel,
     source: &mut dyn OperandSource,
     config: &BenchConfig,
     seed: u64,
-) -> Result<Row, BenchError> {
+) -> Result<PreparedPlacement, BenchError> {
     let size = config.size_bytes;
     let words = (size / 4) as usize;
     let inputs = kernel.input_names().len();
@@ -337,31 +350,79 @@ fn bench_kernel(
         },
     )?;
     check_uncaptured(ctx, &label)?;
-    drop(input_words);
-    drop(output);
-    let measured: Measurement = timer.measure_pass(config.counts, |encoder, writes| {
-        prepared.record(encoder, writes)
-    })?;
-    let bytes = prepared.bytes_moved();
-    Ok(Row {
-        timing: measured.method,
-        result: KernelResult {
-            name: kernel.name().to_string(),
-            dtype: kernel.dtype().as_str().to_string(),
-            placement: source.name().to_string(),
-            bytes,
-            gbps: measured.gbps(bytes),
-            pct_of_copy_peak: 0.0,
-            verified: true,
-            median_ns: measured.median_ns,
-            dispatches: prepared.dispatches(),
-            input_access: match prepared.access() {
-                Access::ReadOnlyInputs => "read_only",
-                Access::ReadWriteInputs => "read_write",
-            }
-            .to_string(),
-        },
+    Ok(PreparedPlacement {
+        placement: source.name().to_string(),
+        prepared,
+        _set: set,
+        _result: result_buffer,
     })
+}
+
+/// Rounds in which every placement of a kernel is timed in turn: the timed runs are split
+/// between them and the median is taken over all of a placement's runs.
+const TIMING_ROUNDS: u32 = 3;
+
+/// Times each prepared placement: [`TIMING_ROUNDS`] rounds, each timing every placement in
+/// turn with a share of `config.counts.timed` runs. The first measurement warms up for
+/// `min_warmup`; later ones follow it back to back and run the warm-up runs only.
+fn time_interleaved(
+    timer: &Timer,
+    config: &BenchConfig,
+    placements: &[PreparedPlacement],
+) -> Result<Vec<Row>, BenchError> {
+    let rounds = TIMING_ROUNDS.min(config.counts.timed).max(1);
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); placements.len()];
+    let mut methods = vec![TimingMethod::Wall; placements.len()];
+    for round in 0..rounds {
+        // Spread the timed runs over the rounds: the first rounds take the remainder.
+        let timed = config.counts.timed / rounds + u32::from(round < config.counts.timed % rounds);
+        for (i, placement) in placements.iter().enumerate() {
+            let first = round == 0 && i == 0;
+            let counts = RunCounts {
+                warmup: config.counts.warmup,
+                min_warmup: if first {
+                    config.counts.min_warmup
+                } else {
+                    std::time::Duration::ZERO
+                },
+                timed,
+            };
+            let measured: Measurement = timer.measure_pass(counts, |encoder, writes| {
+                placement.prepared.record(encoder, writes)
+            })?;
+            methods[i] = measured.method;
+            samples[i].extend(measured.samples_ns);
+        }
+    }
+    Ok(placements
+        .iter()
+        .zip(samples)
+        .zip(methods)
+        .map(|((placement, samples), method)| {
+            let measured = Measurement::new(method, samples);
+            let prepared = &placement.prepared;
+            let bytes = prepared.bytes_moved();
+            Row {
+                timing: measured.method,
+                result: KernelResult {
+                    name: prepared.kernel().name().to_string(),
+                    dtype: prepared.kernel().dtype().as_str().to_string(),
+                    placement: placement.placement.clone(),
+                    bytes,
+                    gbps: measured.gbps(bytes),
+                    pct_of_copy_peak: 0.0,
+                    verified: true,
+                    median_ns: measured.median_ns,
+                    dispatches: prepared.dispatches(),
+                    input_access: match prepared.access() {
+                        Access::ReadOnlyInputs => "read_only",
+                        Access::ReadWriteInputs => "read_write",
+                    }
+                    .to_string(),
+                },
+            }
+        })
+        .collect())
 }
 
 fn bench_moves(

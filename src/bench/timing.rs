@@ -41,7 +41,7 @@ pub struct Measurement {
 }
 
 impl Measurement {
-    fn new(method: TimingMethod, samples_ns: Vec<f64>) -> Measurement {
+    pub(crate) fn new(method: TimingMethod, samples_ns: Vec<f64>) -> Measurement {
         Measurement {
             method,
             median_ns: median(&samples_ns),

@@ -35,7 +35,7 @@ pub struct BenchArgs {
     /// WGPU_ADAPTER_NAME.
     #[arg(long, value_name = "NAME")]
     adapter: Option<String>,
-    /// Timed runs per measurement, at least 10 (default: 10 with --quick, else 20).
+    /// Timed runs per measurement, at least 10 (default: 10 with --quick, else 20); a kernel's placements are timed in 3 interleaved rounds that share them.
     #[arg(long, value_name = "N")]
     runs: Option<u32>,
     /// Untimed warm-up runs before each measurement (default: 2 with --quick, else 3).
