@@ -328,6 +328,119 @@ fn pool_stat(array: &mut StatArray, pool: SegmentKind) -> &mut Stat {
     }
 }
 
+/// A second free of `id` (freed before, not handed out again) is refused as not live and
+/// changes nothing. Shared by the segments and pages harnesses.
+fn check_stale_free(
+    engine: &mut Engine,
+    device: &mut VirtualSegments,
+    id: BlockId,
+    live: &[Allocation],
+) -> Result<(), String> {
+    ensure!(
+        !live.iter().any(|a| a.block == id),
+        "the engine handed the freed id {id:?} out again"
+    );
+    let before = engine.memory_stats();
+    let result = engine.free(id, device);
+    ensure!(
+        result == Err(FreeError::NotLive(id)),
+        "a second free of {id:?} returned {result:?}"
+    );
+    ensure!(
+        engine.allocation(id).is_none(),
+        "allocation() of the freed id {id:?} is not None"
+    );
+    ensure!(
+        engine.memory_stats() == before,
+        "a refused free of {id:?} changed the statistics"
+    );
+    Ok(())
+}
+
+/// `allocate(0)` is refused as zero-sized and changes no statistic.
+fn check_zero_alloc(engine: &mut Engine, device: &mut VirtualSegments) -> Result<(), String> {
+    let before = engine.memory_stats();
+    let result = engine.allocate(0, 0, device);
+    ensure!(
+        matches!(result, Err(AllocError::ZeroSize)),
+        "allocate(0) returned {result:?}"
+    );
+    ensure!(
+        engine.memory_stats() == before,
+        "a zero-byte request changed the statistics"
+    );
+    Ok(())
+}
+
+/// `record_reuse` of live block `a`: the accumulated totals count one more round trip;
+/// current values, peaks and the layout stay as they are.
+fn check_record_reuse(engine: &mut Engine, a: &Allocation, oversize: u64) -> Result<(), String> {
+    let mut expected = engine.memory_stats();
+    let round_trip = |array: &mut StatArray, amount: u64| {
+        array.all.allocated += amount;
+        array.all.freed += amount;
+        let stat = pool_stat(array, a.kind);
+        stat.allocated += amount;
+        stat.freed += amount;
+    };
+    round_trip(&mut expected.allocation, 1);
+    round_trip(&mut expected.active, 1);
+    round_trip(&mut expected.allocated_bytes, a.block_size);
+    round_trip(&mut expected.active_bytes, a.block_size);
+    round_trip(&mut expected.requested_bytes, a.requested);
+    expected.oversize_allocations.allocated += oversize;
+    expected.oversize_allocations.freed += oversize;
+    engine.record_reuse(a.kind, 1, a.block_size, a.requested, oversize);
+    let got = engine.memory_stats();
+    ensure!(
+        got == expected,
+        "record_reuse of {a:?}:\n  expected {expected:?}\n  got      {got:?}"
+    );
+    Ok(())
+}
+
+/// Live totals per pool kind: (blocks, allocated bytes, requested bytes).
+type Totals = [(u64, u64, u64); 2];
+
+/// The current allocation, allocated, requested and active statistics, overall and per pool,
+/// equal the live blocks' totals; returns (blocks, allocated bytes).
+fn check_live_stats(
+    stats: &MemoryStats,
+    totals: &Totals,
+    after: &str,
+) -> Result<(u64, u64), String> {
+    let count = totals[0].0 + totals[1].0;
+    let allocated = totals[0].1 + totals[1].1;
+    let requested = totals[0].2 + totals[1].2;
+    let got = (
+        stats.allocation.all.current,
+        stats.allocated_bytes.all.current,
+        stats.requested_bytes.all.current,
+    );
+    ensure!(
+        got == (count, allocated, requested),
+        "after {after}: statistics say {got:?} (allocations, allocated, requested); the live \
+         blocks {count}, {allocated}, {requested}"
+    );
+    for pool in [SegmentKind::Small, SegmentKind::Large] {
+        let t = totals[pool.index()];
+        let got = (
+            stats.allocation.pool(pool).current,
+            stats.allocated_bytes.pool(pool).current,
+            stats.requested_bytes.pool(pool).current,
+        );
+        ensure!(
+            got == t,
+            "after {after}: {pool:?} pool stats {got:?} != model {t:?}"
+        );
+    }
+    ensure!(
+        stats.active.all.current == count && stats.active_bytes.all.current == allocated,
+        "after {after}: active stats differ from the live blocks"
+    );
+    Ok((count, allocated))
+}
+
 fn check_stat(name: &str, s: &Stat) -> Result<(), String> {
     ensure!(
         s.peak >= s.current,
@@ -592,41 +705,8 @@ impl<'a> Harness<'a> {
         }
 
         // Statistics against the model.
-        let count = totals[0].0 + totals[1].0;
-        let allocated = totals[0].1 + totals[1].1;
+        let (count, allocated) = check_live_stats(&stats, &totals, after)?;
         let requested = totals[0].2 + totals[1].2;
-        let pools = [SegmentKind::Small, SegmentKind::Large];
-        ensure!(
-            stats.allocation.all.current == count,
-            "after {after}: allocation.all.current {} != {count} live blocks",
-            stats.allocation.all.current
-        );
-        ensure!(
-            stats.allocated_bytes.all.current == allocated,
-            "after {after}: allocated_bytes.all.current {} != {allocated}",
-            stats.allocated_bytes.all.current
-        );
-        ensure!(
-            stats.requested_bytes.all.current == requested,
-            "after {after}: requested_bytes.all.current {} != {requested}",
-            stats.requested_bytes.all.current
-        );
-        for pool in pools {
-            let t = totals[pool.index()];
-            let got = (
-                stats.allocation.pool(pool).current,
-                stats.allocated_bytes.pool(pool).current,
-                stats.requested_bytes.pool(pool).current,
-            );
-            ensure!(
-                got == t,
-                "after {after}: {pool:?} pool stats {got:?} != model {t:?}"
-            );
-        }
-        ensure!(
-            stats.active.all.current == count && stats.active_bytes.all.current == allocated,
-            "after {after}: active stats differ from the live blocks"
-        );
         ensure!(
             stats.reserved_bytes.all.current == reserved
                 && reserved == self.device.live_bytes
@@ -1039,42 +1119,16 @@ impl<'a> Harness<'a> {
         if self.stale.is_empty() {
             return Ok(());
         }
-        let id = self.stale[pick % self.stale.len()];
-        ensure!(
-            !self.live.iter().any(|a| a.block == id),
-            "the engine handed the freed id {id:?} out again"
-        );
         bump(&self.counters.ops);
-        let before = self.engine.memory_stats();
-        let result = self.engine.free(id, &mut self.device);
-        ensure!(
-            result == Err(FreeError::NotLive(id)),
-            "a second free of {id:?} returned {result:?}"
-        );
-        ensure!(
-            self.engine.allocation(id).is_none(),
-            "allocation() of the freed id {id:?} is not None"
-        );
-        ensure!(
-            self.engine.memory_stats() == before,
-            "a refused free changed the statistics"
-        );
+        let id = self.stale[pick % self.stale.len()];
+        check_stale_free(&mut self.engine, &mut self.device, id, &self.live)?;
         bump(&self.counters.stale_refused);
         self.check("a stale free")
     }
 
     fn zero_alloc(&mut self) -> Result<(), String> {
         bump(&self.counters.ops);
-        let before = self.engine.memory_stats();
-        let result = self.engine.allocate(0, 0, &mut self.device);
-        ensure!(
-            matches!(result, Err(AllocError::ZeroSize)),
-            "allocate(0) returned {result:?}"
-        );
-        ensure!(
-            self.engine.memory_stats() == before,
-            "a zero-byte request changed the statistics"
-        );
+        check_zero_alloc(&mut self.engine, &mut self.device)?;
         self.check("allocate(0)")
     }
 
@@ -1087,28 +1141,7 @@ impl<'a> Harness<'a> {
         bump(&self.counters.ops);
         let a = self.live[pick % self.live.len()];
         let oversize = u64::from(self.is_oversize(a.block_size));
-        let mut expected = self.engine.memory_stats();
-        let round_trip = |array: &mut StatArray, amount: u64| {
-            array.all.allocated += amount;
-            array.all.freed += amount;
-            let stat = pool_stat(array, a.kind);
-            stat.allocated += amount;
-            stat.freed += amount;
-        };
-        round_trip(&mut expected.allocation, 1);
-        round_trip(&mut expected.active, 1);
-        round_trip(&mut expected.allocated_bytes, a.block_size);
-        round_trip(&mut expected.active_bytes, a.block_size);
-        round_trip(&mut expected.requested_bytes, a.requested);
-        expected.oversize_allocations.allocated += oversize;
-        expected.oversize_allocations.freed += oversize;
-        self.engine
-            .record_reuse(a.kind, 1, a.block_size, a.requested, oversize);
-        let got = self.engine.memory_stats();
-        ensure!(
-            got == expected,
-            "record_reuse of {a:?}:\n  expected {expected:?}\n  got      {got:?}"
-        );
+        check_record_reuse(&mut self.engine, &a, oversize)?;
         self.check("record_reuse")
     }
 
@@ -1288,18 +1321,26 @@ fn random_configurations_use_every_option() {
         limited: true,
     });
     for _ in 0..500 {
-        let setup = strategy.new_tree(&mut runner).unwrap().current();
-        Config::parse(&setup.conf).unwrap();
-        for entry in setup.conf.split(',') {
-            seen.insert(entry.split(':').next().unwrap().to_string());
-        }
-    }
-    for option in wgpool::config::OPTIONS {
-        assert!(
-            seen.contains(option.key),
-            "no random configuration sets `{}`",
-            option.key
+        note_options(
+            &strategy.new_tree(&mut runner).unwrap().current().conf,
+            &mut seen,
         );
+    }
+    assert_every_option(&seen, "random configuration");
+}
+
+/// Checks that `conf` parses and adds the keys it sets to `seen`.
+fn note_options(conf: &str, seen: &mut std::collections::BTreeSet<String>) {
+    Config::parse(conf).unwrap();
+    for entry in conf.split(',') {
+        seen.insert(entry.split(':').next().unwrap().to_string());
+    }
+}
+
+/// Every option of the configuration table is among `seen`.
+fn assert_every_option(seen: &std::collections::BTreeSet<String>, what: &str) {
+    for option in wgpool::config::OPTIONS {
+        assert!(seen.contains(option.key), "no {what} sets `{}`", option.key);
     }
 }
 
@@ -1740,36 +1781,8 @@ impl<'a> PageHarness<'a> {
 
         // Statistics against the model.
         let stats = self.engine.memory_stats();
-        let count = totals[0].0 + totals[1].0;
-        let allocated = totals[0].1 + totals[1].1;
+        let (_, allocated) = check_live_stats(&stats, &totals, after)?;
         let requested = totals[0].2 + totals[1].2;
-        ensure!(
-            (
-                stats.allocation.all.current,
-                stats.allocated_bytes.all.current,
-                stats.requested_bytes.all.current
-            ) == (count, allocated, requested),
-            "after {after}: statistics say {} allocations of {} B ({} requested); the live blocks {count} of {allocated} B ({requested})",
-            stats.allocation.all.current,
-            stats.allocated_bytes.all.current,
-            stats.requested_bytes.all.current
-        );
-        for pool in [SegmentKind::Small, SegmentKind::Large] {
-            let t = totals[pool.index()];
-            let got = (
-                stats.allocation.pool(pool).current,
-                stats.allocated_bytes.pool(pool).current,
-                stats.requested_bytes.pool(pool).current,
-            );
-            ensure!(
-                got == t,
-                "after {after}: {pool:?} pool stats {got:?} != model {t:?}"
-            );
-        }
-        ensure!(
-            stats.active.all.current == count && stats.active_bytes.all.current == allocated,
-            "after {after}: active stats differ from the live blocks"
-        );
         // A range is not a segment, and nothing is an inactive split (PyTorch's expandable
         // segments count them so).
         ensure!(
@@ -2114,38 +2127,18 @@ impl<'a> PageHarness<'a> {
             return Ok(());
         }
         let id = self.stale[pick % self.stale.len()];
-        ensure!(
-            !self.live.iter().any(|a| a.block == id),
-            "the engine handed the freed id {id:?} out again"
-        );
-        let before = self.engine.memory_stats();
         let binds = self.device.bind_calls;
-        let result = self.engine.free(id, &mut self.device);
+        check_stale_free(&mut self.engine, &mut self.device, id, &self.live)?;
         ensure!(
-            result == Err(FreeError::NotLive(id)),
-            "a second free of {id:?} returned {result:?}"
-        );
-        ensure!(
-            self.engine.allocation(id).is_none()
-                && self.engine.memory_stats() == before
-                && self.device.bind_calls == binds,
-            "a refused free of {id:?} changed the engine"
+            self.device.bind_calls == binds,
+            "a refused free of {id:?} mapped or unmapped pages"
         );
         bump(&self.counters.stale_refused);
         self.check("a stale free")
     }
 
     fn zero_alloc(&mut self) -> Result<(), String> {
-        let before = self.engine.memory_stats();
-        let result = self.engine.allocate(0, 0, &mut self.device);
-        ensure!(
-            matches!(result, Err(AllocError::ZeroSize)),
-            "allocate(0) returned {result:?}"
-        );
-        ensure!(
-            self.engine.memory_stats() == before,
-            "a zero-byte request changed the statistics"
-        );
+        check_zero_alloc(&mut self.engine, &mut self.device)?;
         self.check("allocate(0)")
     }
 
@@ -2157,28 +2150,7 @@ impl<'a> PageHarness<'a> {
         }
         let a = self.live[pick % self.live.len()];
         let oversize = u64::from(self.is_oversize(a.block_size));
-        let mut expected = self.engine.memory_stats();
-        let round_trip = |array: &mut StatArray, amount: u64| {
-            array.all.allocated += amount;
-            array.all.freed += amount;
-            let stat = pool_stat(array, a.kind);
-            stat.allocated += amount;
-            stat.freed += amount;
-        };
-        round_trip(&mut expected.allocation, 1);
-        round_trip(&mut expected.active, 1);
-        round_trip(&mut expected.allocated_bytes, a.block_size);
-        round_trip(&mut expected.active_bytes, a.block_size);
-        round_trip(&mut expected.requested_bytes, a.requested);
-        expected.oversize_allocations.allocated += oversize;
-        expected.oversize_allocations.freed += oversize;
-        self.engine
-            .record_reuse(a.kind, 1, a.block_size, a.requested, oversize);
-        let got = self.engine.memory_stats();
-        ensure!(
-            got == expected,
-            "record_reuse of {a:?}:\n  expected {expected:?}\n  got      {got:?}"
-        );
+        check_record_reuse(&mut self.engine, &a, oversize)?;
         self.check("record_reuse")
     }
 
@@ -2316,20 +2288,13 @@ fn random_page_configurations_use_every_option() {
     for limited in [false, true] {
         let strategy = page_setup_strategy(limited);
         for _ in 0..500 {
-            let setup = strategy.new_tree(&mut runner).unwrap().current();
-            Config::parse(&setup.conf).unwrap();
-            for entry in setup.conf.split(',') {
-                seen.insert(entry.split(':').next().unwrap().to_string());
-            }
+            note_options(
+                &strategy.new_tree(&mut runner).unwrap().current().conf,
+                &mut seen,
+            );
         }
     }
-    for option in wgpool::config::OPTIONS {
-        assert!(
-            seen.contains(option.key),
-            "no random page-mode configuration sets `{}`",
-            option.key
-        );
-    }
+    assert_every_option(&seen, "random page-mode configuration");
 }
 
 /// Under a cap, the default policy recycles the idle pages of a freed block for a larger
