@@ -28,7 +28,7 @@ pub struct BenchArgs {
     /// Small operands and few runs: under a minute even on a software device.
     #[arg(long)]
     quick: bool,
-    /// MiB per operand (default: 8 with --quick, 64 on CPU devices, 1024 on GPUs).
+    /// MiB per operand (default: 8 with --quick, 64 on CPU devices, 1024 on GPUs, or 1/32 of a smaller GPU's memory rounded down to a power of two).
     #[arg(long, value_name = "N")]
     size_mb: Option<u64>,
     /// Use the first adapter whose name contains NAME (case-insensitive); overrides
@@ -133,12 +133,25 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             exit_code: 1,
         },
     })?;
+    // Every placement of a kernel holds its operands at once (raw and pool on the device),
+    // so the default leaves a small device most of its memory: at most 1/32 of it per operand.
+    let device_share_mb = ctx
+        .memory_info()
+        .and_then(|info| info.device_local_bytes())
+        .map_or(1024, |bytes| {
+            let mb = (bytes / 32) >> 20;
+            if mb == 0 {
+                16
+            } else {
+                (1u64 << (63 - mb.leading_zeros())).max(16)
+            }
+        });
     let size_mb = args.size_mb.unwrap_or(if args.quick {
         8
     } else if ctx.info().device_type == wgpu::DeviceType::Cpu {
         64
     } else {
-        1024
+        device_share_mb.min(1024)
     });
     let size_bytes = size_mb.saturating_mul(1 << 20);
     // The same-buffer move needs two operands and 1.5 KiB of gaps in one buffer.
