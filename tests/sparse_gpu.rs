@@ -13,6 +13,7 @@
 mod common;
 
 use common::gpu;
+use common::pattern_bytes;
 use wgpool::config::Config;
 use wgpool::gpu::sparse::{ChunkPolicy, PagedMemory, sparse_device};
 use wgpool::gpu::transfer::read_region;
@@ -135,12 +136,9 @@ fn a_large_map_leaves_spare_pages_for_the_maps_after_it() {
     assert_eq!(memory.usage().device_bytes, 0);
 }
 
-/// After a map, free pages of the chunks are bound as spare right after its end: the next
-/// map there takes them with no bind call and its data is intact; a map in another range
-/// that needs their memory unbinds them in its own single call; `release_idle` unbinds the
-/// rest before freeing chunks.
-#[test]
-fn spare_pages_serve_the_next_map_without_a_bind_call() {
+/// Memory with chunks of exactly 4 MiB, two ranges of 16 MiB reserved, and the first MiB of
+/// range 0 mapped: one chunk, its other 3 MiB spare behind range 0.
+fn one_mib_mapped_in_a_4_mib_chunk() -> PagedMemory {
     const MIB: u64 = 1 << 20;
     let ctx = gpu();
     let policy = ChunkPolicy::default()
@@ -153,6 +151,18 @@ fn spare_pages_serve_the_next_map_without_a_bind_call() {
     memory.reserve_range(0, 16 * MIB).unwrap();
     memory.reserve_range(1, 16 * MIB).unwrap();
     memory.map(0, &[(0, MIB)]).unwrap();
+    memory
+}
+
+/// After a map, free pages of the chunks are bound as spare right after its end: the next
+/// map there takes them with no bind call and its data is intact; a map in another range
+/// that needs their memory unbinds them in its own single call; `release_idle` unbinds the
+/// rest before freeing chunks.
+#[test]
+fn spare_pages_serve_the_next_map_without_a_bind_call() {
+    const MIB: u64 = 1 << 20;
+    let ctx = gpu();
+    let mut memory = one_mib_mapped_in_a_4_mib_chunk();
     let usage = memory.usage();
     assert_eq!((usage.device_bytes, usage.mapped_bytes), (4 * MIB, MIB));
     assert_eq!(
@@ -198,6 +208,7 @@ fn spare_pages_serve_the_next_map_without_a_bind_call() {
         3 * MIB,
         "now after range 1's map"
     );
+    assert_eq!(memory.counters().spare_bound_bytes_total, 6 * MIB);
     let other = memory.buffer(1).unwrap().clone();
     kernels
         .run(&KernelCall::fill_pattern(
@@ -206,6 +217,11 @@ fn spare_pages_serve_the_next_map_without_a_bind_call() {
         ))
         .unwrap();
     assert_eq!(read(&buffer), expected, "range 0 kept its data");
+    // Both chunks hold mapped pages: releasing unbinds no spare page and frees nothing.
+    let calls = memory.counters().bind_calls;
+    assert_eq!(memory.release_idle(u64::MAX), 0);
+    assert_eq!(memory.counters().bind_calls, calls);
+    assert_eq!(memory.usage().spare_bytes, 3 * MIB);
 
     memory.unmap(0, &[(0, 3 * MIB)]).unwrap();
     memory.unmap(1, &[(0, 2 * MIB)]).unwrap();
@@ -213,6 +229,35 @@ fn spare_pages_serve_the_next_map_without_a_bind_call() {
     assert_eq!(memory.release_idle(u64::MAX), 8 * MIB);
     assert_eq!(memory.usage().spare_bytes, 0);
     assert_eq!(memory.usage().device_bytes, 0);
+}
+
+/// A map that fails for lack of memory (the cap) after taking spare pages back from another
+/// range changes nothing: the spare pages are where they were, and the next map there still
+/// needs no bind call.
+#[test]
+fn a_failed_map_puts_the_spare_pages_it_took_back() {
+    const MIB: u64 = 1 << 20;
+    let mut memory = one_mib_mapped_in_a_4_mib_chunk();
+    assert_eq!(memory.usage().spare_bytes, 3 * MIB);
+    memory.set_limit(Some(4 * MIB));
+    let before = (memory.usage(), memory.counters());
+    // 5 MiB: the 3 spare MiB are not enough, and the cap allows no chunk more.
+    let error = memory.map(1, &[(0, 5 * MIB)]).unwrap_err();
+    assert!(error.is_out_of_memory(), "{error}");
+    assert_eq!(
+        (memory.usage(), memory.counters()),
+        before,
+        "nothing changed"
+    );
+    assert!(!memory.is_mapped(1, 0, 4096));
+    // The spare pages are back behind range 0: the map there needs no call.
+    memory.map(0, &[(MIB, 3 * MIB)]).unwrap();
+    assert_eq!(memory.counters().bind_calls, before.1.bind_calls);
+    assert_eq!(memory.counters().maps_from_spare, 1);
+    assert_eq!(memory.usage().spare_bytes, 0);
+    memory.release_range(0).unwrap();
+    memory.release_range(1).unwrap();
+    assert_eq!(memory.release_idle(u64::MAX), 4 * MIB);
 }
 
 #[test]
@@ -570,16 +615,6 @@ fn pages_pool() -> Pool {
     pool
 }
 
-/// The words `fill_pattern` writes for `seed` over `bytes` bytes, as bytes.
-fn pattern_bytes(seed: u32, bytes: u64) -> Vec<u8> {
-    let words: Vec<u32> = (0..bytes.div_ceil(4) as u32)
-        .map(|i| pattern_word(seed, i))
-        .collect();
-    let mut out: Vec<u8> = bytemuck::cast_slice(&words).to_vec();
-    out.truncate(bytes as usize);
-    out
-}
-
 /// Blocks of odd sizes laid side by side in a page-mapped range straddle the device's 4 KiB
 /// pages (and the pool's 64 KiB and 512 KiB pages); kernels and host writes on each keep to
 /// its bytes, and a copy between two straddling blocks is exact.
@@ -754,17 +789,6 @@ fn growth_and_shrinking_while_kernels_run_keep_live_blocks_intact() {
     pool.check_consistency().unwrap();
 }
 
-const FILL_WINDOW: &str = "
-@group(0) @binding(0) var<storage, read_write> d: array<u32>;
-
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    if (id.x < arrayLength(&d)) {
-        d[id.x] = 0xFFFFFFFFu;
-    }
-}
-";
-
 /// A block larger than the storage binding limit, in a page-mapped range: kernels process it
 /// in windows, and an application's own bind group reaches its end through
 /// `binding_range`; every word lands where it belongs.
@@ -795,18 +819,7 @@ fn a_block_over_the_binding_limit_works_through_windows_in_pages_mode() {
         assert_eq!(read(at, tail), pattern(at, tail), "64 KiB at {at}");
     }
     // The last 64 KiB, past the first window, through a window of the application's own.
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: None,
-        source: wgpu::ShaderSource::Wgsl(FILL_WINDOW.into()),
-    });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: None,
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    let pipeline = common::fill_ones_pipeline(device);
     let layout = pipeline.get_bind_group_layout(0);
     let group = BlockBindings::new()
         .window(

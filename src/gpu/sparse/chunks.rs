@@ -368,6 +368,13 @@ impl Chunks {
         self.insert_free(chunk, first, pages);
     }
 
+    /// Pages of chunk `chunk` that are taken (bound somewhere).
+    pub fn taken_pages(&self, chunk: u32) -> u64 {
+        self.chunks[chunk as usize]
+            .as_ref()
+            .map_or(0, |c| u64::from(c.pages - c.free_pages))
+    }
+
     /// Whether some chunk has no page taken.
     pub fn has_idle(&self) -> bool {
         self.chunks

@@ -175,7 +175,8 @@ fn take_covered(
 ///   most a preferred chunk, [`ChunkPolicy`]): a later map there takes them with no driver
 ///   call. Spare pages are never used by GPU work; a map elsewhere that needs their memory
 ///   unbinds them in its own call, and [`release_idle`](Self::release_idle) unbinds them
-///   before freeing chunks. They count as held, not mapped ([`PagedUsage::spare_bytes`]);
+///   where they alone keep a chunk from being freed. They count as held, not mapped
+///   ([`PagedUsage::spare_bytes`]);
 /// - an unmap first waits until every submission made before it has finished on the GPU,
 ///   then unbinds in one call; its memory stays held for reuse until
 ///   [`release_idle`](Self::release_idle);
@@ -678,8 +679,8 @@ impl PagedMemory {
     /// Frees chunks with no page in use, largest first, as long as the total stays at most
     /// `bytes`; returns the bytes freed. Held pages of chunks that are partly in use stay.
     pub fn release_idle(&mut self, bytes: u64) -> u64 {
-        if bytes > 0 && self.spare_bytes > 0 {
-            // Spare pages keep chunks in use; a failure leaves them where they are.
+        if bytes > 0 && self.spare_keeps_a_chunk() {
+            // Spare pages alone keep a chunk in use; a failure leaves them where they are.
             let _ = self.reclaim_spare(None);
         }
         if bytes > 0 && self.chunks.has_idle() {
@@ -707,6 +708,20 @@ impl PagedMemory {
     /// Bytes of held memory not mapped for any block: pages bound nowhere and spare pages.
     pub fn idle_bytes(&self) -> u64 {
         self.chunks.free_bytes() + self.spare_bytes
+    }
+
+    /// Whether some chunk has no page taken but spare ones, so that unbinding the spare
+    /// pages would let it be freed.
+    fn spare_keeps_a_chunk(&self) -> bool {
+        let mut spare_per_chunk: BTreeMap<u32, u64> = BTreeMap::new();
+        for state in self.ranges.iter().flatten() {
+            for run in state.spare.values() {
+                *spare_per_chunk.entry(run.chunk).or_default() += u64::from(run.pages);
+            }
+        }
+        spare_per_chunk
+            .into_iter()
+            .any(|(chunk, spare)| self.chunks.taken_pages(chunk) == spare)
     }
 
     /// Unbinds the spare pages of range `only` (every range for `None`) in one call and
