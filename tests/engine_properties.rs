@@ -399,6 +399,56 @@ fn check_record_reuse(engine: &mut Engine, a: &Allocation, oversize: u64) -> Res
     Ok(())
 }
 
+/// With every block freed, nothing is allocated, requested or counted as an allocation.
+fn check_nothing_allocated(stats: &MemoryStats) -> Result<(), String> {
+    ensure!(
+        stats.allocated_bytes.all.current == 0
+            && stats.requested_bytes.all.current == 0
+            && stats.allocation.all.current == 0,
+        "with every block freed, allocated_bytes is {}",
+        stats.allocated_bytes.all.current
+    );
+    Ok(())
+}
+
+/// After `reset_peak_stats`, every peak equals its current value.
+fn check_peaks_reset(stats: &MemoryStats) -> Result<(), String> {
+    let map = stats.to_map();
+    for (key, value) in &map {
+        if let Some(stem) = key.strip_suffix(".peak") {
+            let current = map[&format!("{stem}.current")];
+            ensure!(
+                *value == current,
+                "after reset_peak_stats: {key} is {value}, current {current}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A block of a layout or of the model: (segment, offset, size, requested).
+type Placed = (u32, u64, u64, u64);
+
+/// The allocated blocks of the layout (`in_layout`) are exactly the model's live blocks;
+/// returns the live blocks sorted by segment and offset.
+fn check_layout_is_live(
+    mut in_layout: Vec<Placed>,
+    live: &[Allocation],
+    after: &str,
+) -> Result<Vec<Placed>, String> {
+    let mut in_model: Vec<Placed> = live
+        .iter()
+        .map(|a| (a.segment.0, a.offset, a.block_size, a.requested))
+        .collect();
+    in_layout.sort_unstable();
+    in_model.sort_unstable();
+    ensure!(
+        in_layout == in_model,
+        "after {after}: the layout's allocated blocks differ from the live blocks\n  layout {in_layout:?}\n  model  {in_model:?}"
+    );
+    Ok(in_model)
+}
+
 /// Live totals per pool kind: (blocks, allocated bytes, requested bytes).
 type Totals = [(u64, u64, u64); 2];
 
@@ -648,17 +698,7 @@ impl<'a> Harness<'a> {
                 in_layout.push((segment.id.0, b.offset, b.size, b.requested));
             }
         }
-        let mut in_model: Vec<(u32, u64, u64, u64)> = self
-            .live
-            .iter()
-            .map(|a| (a.segment.0, a.offset, a.block_size, a.requested))
-            .collect();
-        in_layout.sort_unstable();
-        in_model.sort_unstable();
-        ensure!(
-            in_layout == in_model,
-            "after {after}: the layout's allocated blocks differ from the live blocks\n  layout {in_layout:?}\n  model  {in_model:?}"
-        );
+        let in_model = check_layout_is_live(in_layout, &self.live, after)?;
 
         // Live blocks: unchanged, aligned, inside their segment, large enough.
         let mut totals = [(0u64, 0u64, 0u64); 2];
@@ -1102,16 +1142,7 @@ impl<'a> Harness<'a> {
         self.peak_allocated = stats.allocated_bytes.all.current;
         self.peak_requested = stats.requested_bytes.all.current;
         self.peak_reserved = stats.reserved_bytes.all.current;
-        let map = stats.to_map();
-        for (key, value) in &map {
-            if let Some(stem) = key.strip_suffix(".peak") {
-                let current = map[&format!("{stem}.current")];
-                ensure!(
-                    *value == current,
-                    "after reset_peak_stats: {key} is {value}, current {current}"
-                );
-            }
-        }
+        check_peaks_reset(&stats)?;
         self.check("reset_peak_stats")
     }
 
@@ -1210,14 +1241,7 @@ impl<'a> Harness<'a> {
         // Freeing everything leaves nothing allocated; empty_cache then leaves nothing
         // reserved.
         self.free_all()?;
-        let stats = self.engine.memory_stats();
-        ensure!(
-            stats.allocated_bytes.all.current == 0
-                && stats.requested_bytes.all.current == 0
-                && stats.allocation.all.current == 0,
-            "with every block freed, allocated_bytes is {}",
-            stats.allocated_bytes.all.current
-        );
+        check_nothing_allocated(&self.engine.memory_stats())?;
         self.empty_cache()?;
         let stats = self.engine.memory_stats();
         ensure!(
@@ -1726,17 +1750,7 @@ impl<'a> PageHarness<'a> {
             }
         }
         // Every allocated block in the layout is exactly one of the model's live blocks.
-        let mut in_model: Vec<(u32, u64, u64, u64)> = self
-            .live
-            .iter()
-            .map(|a| (a.segment.0, a.offset, a.block_size, a.requested))
-            .collect();
-        in_layout.sort_unstable();
-        in_model.sort_unstable();
-        ensure!(
-            in_layout == in_model,
-            "after {after}: the layout's allocated blocks differ from the live blocks\n  layout {in_layout:?}\n  model  {in_model:?}"
-        );
+        let in_model = check_layout_is_live(in_layout, &self.live, after)?;
         // No two live blocks overlap.
         for pair in in_model.windows(2) {
             let (s0, o0, z0, _) = pair[0];
@@ -2161,16 +2175,7 @@ impl<'a> PageHarness<'a> {
         self.peak_allocated = stats.allocated_bytes.all.current;
         self.peak_requested = stats.requested_bytes.all.current;
         self.peak_mapped = stats.reserved_bytes.all.current;
-        let map = stats.to_map();
-        for (key, value) in &map {
-            if let Some(stem) = key.strip_suffix(".peak") {
-                let current = map[&format!("{stem}.current")];
-                ensure!(
-                    *value == current,
-                    "after reset_peak_stats: {key} is {value}, current {current}"
-                );
-            }
-        }
+        check_peaks_reset(&stats)?;
         let pages = self.engine.page_stats().ok_or("no page statistics")?;
         ensure!(
             pages.physical_peak == self.device.physical_bytes(),
@@ -2214,14 +2219,7 @@ impl<'a> PageHarness<'a> {
         // Freeing everything leaves nothing allocated and every page idle; empty_cache then
         // returns all of them.
         self.free_all()?;
-        let stats = self.engine.memory_stats();
-        ensure!(
-            stats.allocated_bytes.all.current == 0
-                && stats.requested_bytes.all.current == 0
-                && stats.allocation.all.current == 0,
-            "with every block freed, allocated_bytes is {}",
-            stats.allocated_bytes.all.current
-        );
+        check_nothing_allocated(&self.engine.memory_stats())?;
         self.empty_cache()?;
         let stats = self.engine.memory_stats();
         ensure!(

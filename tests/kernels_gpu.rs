@@ -817,6 +817,15 @@ fn wgpool(args: &[&str]) -> std::process::Output {
         .expect("run wgpool")
 }
 
+/// The command succeeded; otherwise fails with its stderr.
+fn assert_ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Issue 13: a headless run printed libwayland's "XDG_RUNTIME_DIR is invalid" once per
 /// instance when `WAYLAND_DISPLAY` was set without a runtime directory (Mesa's device-select
 /// layer probing the display).
@@ -867,11 +876,7 @@ fn cli_rejects_bad_bench_and_info_input_with_exit_code_2() {
 fn cli_info_json_lists_adapters_with_limits_and_memory() {
     let ctx = common::gpu();
     let out = wgpool(&["info", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("info --json is JSON");
     let adapters = json["adapters"].as_array().expect("adapters array");
     let mine = adapters
@@ -916,7 +921,7 @@ fn cli_info_json_lists_adapters_with_limits_and_memory() {
 fn cli_info_names_the_memory_mode_of_each_adapter() {
     let ctx = common::gpu();
     let out = wgpool(&["info", "--adapter", &ctx.info().name]);
-    assert!(out.status.success());
+    assert_ok(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     let header = text.find("adapter ").expect("an adapter section");
     let features = text.find("  features (").expect("a feature list");
@@ -946,11 +951,7 @@ fn cli_bench_kernels_subset_prints_a_table() {
         "5",
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let rows = |name: &str| {
         stdout
             .lines()
@@ -985,11 +986,7 @@ fn cli_bench_conf_chooses_the_pool_placements_memory_mode() {
         "expandable_segments:False",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bench --json");
     let pools = json["pools"].as_array().expect("pools");
     assert_eq!(pools.len(), 2, "{pools:?}");

@@ -5,10 +5,11 @@
 
 mod common;
 
+use common::pattern_bytes as pattern;
 use wgpool::config::Config;
 use wgpool::engine::AllocError;
 use wgpool::gpu::GpuContext;
-use wgpool::kernels::{Dtype, KernelCall, Kernels, pattern_word};
+use wgpool::kernels::{Dtype, KernelCall, Kernels};
 use wgpool::pool::{BindingError, Block, MoveError, Pool, PoolError, ReadWriteError, Residency};
 
 /// A device opened without `MAPPABLE_PRIMARY_BUFFERS`, as on adapters that lack it.
@@ -20,15 +21,6 @@ fn device_without_mappable_primary(gpu: &GpuContext) -> (wgpu::Device, wgpu::Que
         ..Default::default()
     };
     pollster::block_on(gpu.adapter().request_device(&descriptor)).expect("a second device")
-}
-
-fn pattern(seed: u32, bytes: u64) -> Vec<u8> {
-    let words: Vec<u32> = (0..bytes.div_ceil(4) as u32)
-        .map(|i| pattern_word(seed, i))
-        .collect();
-    let mut out: Vec<u8> = bytemuck::cast_slice(&words).to_vec();
-    out.truncate(bytes as usize);
-    out
 }
 
 #[test]

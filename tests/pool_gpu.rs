@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::pattern_bytes as pattern;
 use wgpool::config::Config;
 use wgpool::engine::{AllocError, SizeLimit};
 use wgpool::gpu::sparse::{ChunkPolicy, PagedMemory};
@@ -593,15 +594,6 @@ fn reuse_cache_keeps_statistics_exact_and_blocks_outlive_the_pool() {
     drop((other, survivor));
 }
 
-fn pattern(seed: u32, bytes: u64) -> Vec<u8> {
-    let words: Vec<u32> = (0..bytes.div_ceil(4) as u32)
-        .map(|i| pattern_word(seed, i))
-        .collect();
-    let mut out: Vec<u8> = bytemuck::cast_slice(&words).to_vec();
-    out.truncate(bytes as usize);
-    out
-}
-
 /// The sequence of issue 13, item 1: a kernel recorded on block A, A dropped, a new block
 /// written, then the encoder submitted with the application's own `queue.submit`.
 fn a_block_dropped_before_its_commands_are_submitted_keeps_its_bytes_for_them_in(
@@ -840,17 +832,6 @@ fn the_natural_kernel_shape_binds_through_block_bindings() {
     );
 }
 
-const FILL_BINDING: &str = "
-@group(0) @binding(0) var<storage, read_write> d: array<u32>;
-
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    if (id.x < arrayLength(&d)) {
-        d[id.x] = 0xFFFFFFFFu;
-    }
-}
-";
-
 /// Issue 15, F3: a zero-length window used to bind "to the end of the buffer".
 #[test]
 fn a_block_never_binds_bytes_outside_itself() {
@@ -869,18 +850,7 @@ fn a_block_never_binds_bytes_outside_itself() {
         Err(BindingError::Empty { .. })
     ));
     pool.write(&neighbour, &[GUARD; 1000]).unwrap();
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: None,
-        source: wgpu::ShaderSource::Wgsl(FILL_BINDING.into()),
-    });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: None,
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    let pipeline = common::fill_ones_pipeline(device);
     let layout = pipeline.get_bind_group_layout(0);
     // Every window the block hands out, the whole capacity included: the kernel writes all
     // of it and no byte of the neighbour.

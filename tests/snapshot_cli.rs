@@ -88,6 +88,21 @@ fn check_with_python(pickle: &str) {
     assert!(stdout.contains("ok   MemoryViz simulation"), "{stdout}");
 }
 
+/// Runs the Python `program` with `file` as its argument, checks that it succeeded, and
+/// returns what it printed.
+fn python_on(file: &str, program: &str) -> String {
+    let out = Command::new("python3")
+        .args(["-c", program, file])
+        .output()
+        .expect("python3 runs (CI installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn a_replay_snapshot_has_pytorchs_layout_and_replays_back() {
     let trace = Temp::new("trace.csv");
@@ -157,16 +172,11 @@ fn out_of_memory_is_recorded_as_pytorch_does() {
         snapshot.path(),
     ]);
     check_with_python(snapshot.path());
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); \
-             print([(e['action'], e['size']) for e in d['device_traces'][0]])",
-            snapshot.path(),
-        ])
-        .output()
-        .unwrap();
-    let events = String::from_utf8_lossy(&out.stdout);
+    let events = python_on(
+        snapshot.path(),
+        "import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); \
+         print([(e['action'], e['size']) for e in d['device_traces'][0]])",
+    );
     assert_eq!(
         events.trim(),
         "[('segment_alloc', 41943040), ('alloc', 41943040), ('oom', 41943040), \
@@ -201,15 +211,7 @@ fn the_checker_refuses_a_block_outside_live_memory() {
              pickle.dump(dict(segments=[seg], device_traces=[[events[k] for k in '{order}'.split()]]),\n\
                          open(sys.argv[1], 'wb'))\n"
         );
-        let out = Command::new("python3")
-            .args(["-c", &program, file.path()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        python_on(file.path(), &program);
         let out = Command::new("python3")
             .arg(&script)
             .arg(file.path())
@@ -244,18 +246,14 @@ fn page_mapped_ranges_appear_as_their_mapped_runs() {
         snapshot.path(),
     ]);
     check_with_python(snapshot.path());
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); \
-             print(sorted((s['segment_type'], s['total_size'], s['is_expandable'], \
-             sum(b['size'] for b in s['blocks'])) for s in d['segments']))",
-            snapshot.path(),
-        ])
-        .output()
-        .unwrap();
+    let segments = python_on(
+        snapshot.path(),
+        "import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); \
+         print(sorted((s['segment_type'], s['total_size'], s['is_expandable'], \
+         sum(b['size'] for b in s['blocks'])) for s in d['segments']))",
+    );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
+        segments.trim(),
         "[('large', 8703180800, True, 8703180800), ('small', 8388608, True, 8388608)]"
     );
 }

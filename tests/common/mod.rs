@@ -67,3 +67,41 @@ pub fn own<T>(make: impl FnOnce() -> T) -> Own<T> {
         _lifecycle: guard,
     }
 }
+
+/// A compute pipeline (automatic layout) whose kernel sets every word of the storage buffer
+/// at group 0, binding 0 to `0xFFFF_FFFF`, 64 invocations a workgroup: for tests that check
+/// where an application's own bind group lets a kernel write.
+pub fn fill_ones_pipeline(device: &wgpu::Device) -> wgpu::ComputePipeline {
+    const FILL_ONES: &str = "
+@group(0) @binding(0) var<storage, read_write> d: array<u32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < arrayLength(&d)) {
+        d[id.x] = 0xFFFFFFFFu;
+    }
+}
+";
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("fill ones"),
+        source: wgpu::ShaderSource::Wgsl(FILL_ONES.into()),
+    });
+    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("fill ones"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    })
+}
+
+/// The bytes `fill_pattern` writes for `seed` over `bytes` bytes.
+pub fn pattern_bytes(seed: u32, bytes: u64) -> Vec<u8> {
+    let words: Vec<u32> = (0..bytes.div_ceil(4) as u32)
+        .map(|i| wgpool::kernels::pattern_word(seed, i))
+        .collect();
+    let mut out: Vec<u8> = bytemuck::cast_slice(&words).to_vec();
+    out.truncate(bytes as usize);
+    out
+}
