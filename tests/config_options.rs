@@ -2,6 +2,9 @@
 //! (mostly under `policy:pytorch`, whose rules are PyTorch's), plus the parser's error
 //! messages, the `to_conf_string` round trip and panic-freedom on arbitrary input.
 
+#[path = "support/random_mix.rs"]
+mod random_mix;
+
 use proptest::prelude::*;
 use wgpool::config::{
     Caching, CapError, Config, ConfigError, ExpandableSegments, OPTIONS, Overflow, Policy,
@@ -33,6 +36,7 @@ const TESTED_KEYS: &[&str] = &[
     "compact_min_share",
     "compact_reserved_slack",
     "compact_release_budget",
+    "compact_recycle_rate",
 ];
 
 #[test]
@@ -969,6 +973,50 @@ fn compact_release_budget_bounds_the_bytes_released() {
     invalid_value("compact_release_budget:-1");
 }
 
+// ---------------------------------------------------------------------------------------
+// compact_recycle_rate (policy:compact in pages mode)
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn compact_recycle_rate_bounds_the_bytes_recycled_and_lowers_the_peak() {
+    use wgpool::trace::{ReplayOptions, parse_trace, replay};
+    // A random mix of 10,000 allocations, about 2 GiB live, no request above 256 MiB.
+    let (csv, requested) = random_mix::random_mix(7, 10_000, 2 * GIB);
+    let trace = parse_trace(&csv).unwrap();
+    let options = ReplayOptions::default()
+        .with_device_memory(Some(150_109_880_320))
+        .with_min_timed_runs(1);
+    let run = |rate: f64| {
+        let conf = format!("compact_recycle_rate:{rate}");
+        let report = replay(&trace, &Config::parse(&conf).unwrap(), &options).unwrap();
+        assert_eq!(report.mode, "pages");
+        // Pages are unmapped only to recycle them here (no cap, no empty_cache): at most the
+        // budget, 2.5 times the peak of live memory plus the rate times every byte
+        // requested, and one request beyond it (the one that crossed it).
+        let budget = 2.5 * report.peak_live_bytes as f64 + rate * requested as f64;
+        let one_request = (257 * MIB) as f64;
+        assert!(
+            (report.unmapped_bytes_total as f64) <= budget + one_request,
+            "rate {rate}: {report:?}"
+        );
+        report
+    };
+    let fixed = run(0.0);
+    let default = run(0.1);
+    let high = run(10.0);
+    // A budget that grows with the bytes requested keeps recycling where the fixed one has
+    // run out: more bytes recycled, less memory held.
+    assert!(fixed.unmapped_bytes_total < default.unmapped_bytes_total);
+    assert!(default.unmapped_bytes_total <= high.unmapped_bytes_total);
+    assert!(
+        default.peak_reserved_bytes < fixed.peak_reserved_bytes,
+        "{default:?} {fixed:?}"
+    );
+    assert!(high.ratio < 1.02, "{high:?}");
+    invalid_value("compact_recycle_rate:101");
+    invalid_value("compact_recycle_rate:-1");
+}
+
 /// The compact knobs do nothing under policy:pytorch.
 #[test]
 fn compact_knobs_do_not_change_the_pytorch_policy() {
@@ -983,7 +1031,10 @@ fn compact_knobs_do_not_change_the_pytorch_policy() {
         (pool.engine.snapshot(), pool.stats())
     };
     assert_eq!(
-        run(",compact_min_share:1,compact_reserved_slack:0,compact_release_budget:1000"),
+        run(
+            ",compact_min_share:1,compact_reserved_slack:0,compact_release_budget:1000,\
+             compact_recycle_rate:100"
+        ),
         run("")
     );
 }

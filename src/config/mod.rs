@@ -165,6 +165,10 @@ pub struct Config {
     /// `policy:compact`: most bytes released over the pool's life, as a multiple of the
     /// allocated peak (`compact_release_budget`).
     pub compact_release_budget: f64,
+    /// `policy:compact` in pages mode: bytes of idle pages that may be remapped, as a share of
+    /// the bytes requested over the pool's life, on top of a fixed budget
+    /// (`compact_recycle_rate`).
+    pub compact_recycle_rate: f64,
 }
 
 impl Default for Config {
@@ -185,6 +189,7 @@ impl Default for Config {
             compact_min_share: 0.0625,
             compact_reserved_slack: 0.04,
             compact_release_budget: 0.25,
+            compact_recycle_rate: 0.1,
         }
     }
 }
@@ -235,6 +240,8 @@ builders! {
     with_compact_reserved_slack: compact_reserved_slack: f64;
     /// Sets `compact_release_budget`.
     with_compact_release_budget: compact_release_budget: f64;
+    /// Sets `compact_recycle_rate`.
+    with_compact_recycle_rate: compact_recycle_rate: f64;
 }
 
 impl std::str::FromStr for Config {

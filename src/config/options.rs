@@ -377,11 +377,7 @@ pub const OPTIONS: &[OptionSpec] = &[
                   than this fraction above the peak of allocated memory, idle cached segments \
                   are released, least recently freed first.",
         apply: |c, v| {
-            let slack = parse_f64(v.scalar()?)?;
-            if !(0.0..=10.0).contains(&slack) {
-                return Err(format!("{slack} is outside 0 to 10"));
-            }
-            c.compact_reserved_slack = slack;
+            c.compact_reserved_slack = parse_f64_within(v.scalar()?, 0.0..=10.0)?;
             Ok(())
         },
         render: |c| c.compact_reserved_slack.to_string(),
@@ -394,23 +390,44 @@ pub const OPTIONS: &[OptionSpec] = &[
                   the pool's life, as a multiple of the allocated peak; bounds the cost of \
                   re-creating segments. 0 never releases.",
         apply: |c, v| {
-            let budget = parse_f64(v.scalar()?)?;
-            if !(0.0..=1000.0).contains(&budget) {
-                return Err(format!("{budget} is outside 0 to 1000"));
-            }
-            c.compact_release_budget = budget;
+            c.compact_release_budget = parse_f64_within(v.scalar()?, 0.0..=1000.0)?;
             Ok(())
         },
         render: |c| c.compact_release_budget.to_string(),
     },
+    OptionSpec {
+        key: "compact_recycle_rate",
+        default: "0.1",
+        allowed: "a number from 0 to 100",
+        meaning: "`policy:compact` in pages mode only. Idle pages are unmapped and their memory \
+                  mapped where a request goes, instead of new memory, while the bytes mapped \
+                  over the pool's life stay under 2.5 times the peak of live memory plus this \
+                  share of every byte requested so far; past that, new memory is mapped. 0 \
+                  keeps the fixed budget alone. Higher values hold less memory on workloads \
+                  whose live set keeps changing shape, at more binds.",
+        apply: |c, v| {
+            c.compact_recycle_rate = parse_f64_within(v.scalar()?, 0.0..=100.0)?;
+            Ok(())
+        },
+        render: |c| c.compact_recycle_rate.to_string(),
+    },
 ];
 
-fn parse_fraction(text: &str) -> Result<f64, String> {
+/// A number within `range`, or why not.
+fn parse_f64_within(text: &str, range: std::ops::RangeInclusive<f64>) -> Result<f64, String> {
     let value = parse_f64(text)?;
-    if !(0.0..=1.0).contains(&value) {
-        return Err(format!("{value} is outside 0 to 1"));
+    if !range.contains(&value) {
+        return Err(format!(
+            "{value} is outside {} to {}",
+            range.start(),
+            range.end()
+        ));
     }
     Ok(value)
+}
+
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    parse_f64_within(text, 0.0..=1.0)
 }
 
 /// The option table as Markdown, exactly as the README carries it.
@@ -525,6 +542,7 @@ pub(crate) fn validate(c: &Config) -> Result<(), ConfigError> {
         c.compact_release_budget,
         0.0..=1000.0,
     )?;
+    check_number("compact_recycle_rate", c.compact_recycle_rate, 0.0..=100.0)?;
     Ok(())
 }
 

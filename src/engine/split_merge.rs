@@ -106,6 +106,7 @@ impl EngineState {
         self.lifetime_requested_peak = self
             .lifetime_requested_peak
             .max(self.stats.requested_bytes.all.current);
+        self.lifetime_requested_total = self.lifetime_requested_total.saturating_add(requested);
         if self.is_oversize(size) {
             self.stats.oversize_allocations.increase(1);
         }

@@ -43,6 +43,9 @@ pub(crate) struct EngineState {
     pub lifetime_allocated_peak: u64,
     /// Peak of requested bytes over the engine's life (`reset_peak_stats` leaves it).
     pub lifetime_requested_peak: u64,
+    /// Requested bytes of every allocation over the engine's life (no statistics reset
+    /// clears it): what pages mode's recycling budget grows with.
+    pub lifetime_requested_total: u64,
     /// Whether the engine runs in pages mode: every segment is an address range with pages
     /// mapped where blocks live.
     pub paged: bool,
@@ -80,6 +83,7 @@ impl EngineState {
             clock: 0,
             lifetime_allocated_peak: 0,
             lifetime_requested_peak: 0,
+            lifetime_requested_total: 0,
             paged: pages.is_some(),
             pages: pages.unwrap_or_default(),
             size_limit: SizeLimit::Engine,

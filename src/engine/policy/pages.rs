@@ -1,15 +1,24 @@
 //! `policy:compact` in pages mode (the default where pages can be mapped): physical memory
-//! kept within a small slack of the peak of live memory by recycling idle pages.
+//! kept at the peak of live memory by recycling idle pages, within a budget of remapping.
 //!
 //! - A request takes the best-fitting free mapped block (PyTorch's best fit, with the
 //!   oversize rules of `max_split_size_mb`). Pages stay mapped after a free.
 //! - On a miss, the request goes where mapping it costs least: next to the unmapped block
 //!   (in its kind's range on its stream) whose mapped free neighbour below covers most of
 //!   it, the smallest such run first; a new range only when no run can hold it.
-//! - Before mapping new pages would take physical memory more than [`SLACK`] above the peak
-//!   of live (requested) memory so far, idle pages (whole pages of free blocks) are
-//!   unmapped, least recently freed first, and their memory is mapped where the request
-//!   goes instead of new memory.
+//! - Before mapping new pages would take physical memory above the peak of live (requested)
+//!   memory so far, idle pages (whole pages of free blocks) are unmapped, least recently
+//!   freed first, and their memory is mapped where the request goes instead of new memory.
+//!   Once the bytes mapped over the engine's life pass [`TIGHT_UNTIL`] times the peak, a
+//!   [`SLACK`] above the peak is allowed first, so that a settled workload does not remap
+//!   for a gain of a few pages.
+//! - Recycling has a budget: the bytes mapped over the engine's life may reach
+//!   [`CHURN_STOP`] times the peak of live memory plus `compact_recycle_rate` times the bytes
+//!   requested so far. Over the last [`CHURN_RAMP`] peaks of that budget, physical memory may
+//!   exceed the peak by up to [`SLACK_MAX`] before recycling starts; once the budget is
+//!   spent, new memory is mapped. The budget grows with every request, so a workload whose
+//!   live set keeps changing shape (a random mix) recycles at a bounded share of what it
+//!   allocates instead of stopping for good.
 //! - Under a cap or a device out-of-memory, every idle page may be recycled that way before
 //!   the request fails (the retry chain), then every cached page is unmapped and freed and
 //!   the request retried once more.
@@ -23,22 +32,27 @@ use crate::engine::segments::NoSegment;
 use crate::engine::source::SegmentSource;
 use crate::engine::state::EngineState;
 
-/// Physical memory may exceed the peak of live memory so far by this fraction before idle
-/// pages are recycled instead of new memory mapped.
-pub(crate) const SLACK: f64 = 0.005;
 /// Page of the large kind: small enough that the partly used pages at the ends of free
 /// stretches waste little, large enough to keep binds few.
 pub(crate) const LARGE_PAGE: u64 = 512 << 10;
 /// Page of the small kind (blocks of up to 1 MiB).
 pub(crate) const SMALL_PAGE: u64 = 64 << 10;
-/// Recycling budget: while the bytes mapped over the engine's life stay below
-/// `CHURN_FREE` times the peak of live memory, recycling runs at [`SLACK`]; from there the
-/// slack grows linearly, up to [`SLACK_MAX`] more at `CHURN_STOP` times the peak, where
-/// recycling stops and new memory is mapped instead. Workloads whose live set keeps its
-/// shape (training, serving) stay far below the budget; random mixes, where every free
-/// stretch is the wrong size for the next request, would otherwise remap without end.
-const CHURN_FREE: f64 = 1.5;
+/// Physical memory may exceed the peak of live memory by this fraction before idle pages
+/// are recycled, once the bytes mapped have passed [`TIGHT_UNTIL`] times the peak (none
+/// before).
+const SLACK: f64 = 0.001;
+/// Bytes mapped over the engine's life, in peaks of live memory, up to which recycling
+/// keeps physical memory at the peak itself.
+const TIGHT_UNTIL: f64 = 1.2;
+/// The fixed part of the recycling budget: bytes mapped over the engine's life, as a
+/// multiple of the peak of live memory. Workloads whose live set keeps its shape (training,
+/// serving) stay far below it.
 const CHURN_STOP: f64 = 2.5;
+/// The last part of the budget, in peaks of live memory, over which the slack grows by up
+/// to [`SLACK_MAX`].
+const CHURN_RAMP: f64 = 1.0;
+/// How much the slack (a fraction of the peak of live memory) has grown at the end of the
+/// budget.
 const SLACK_MAX: f64 = 0.3;
 
 /// How many unmapped blocks a miss compares, on each side of the request's size.
@@ -131,14 +145,21 @@ impl PagePolicy {
     /// recycling budget is spent.
     fn limit(state: &EngineState, request: Request) -> Option<u64> {
         let live = state.stats.requested_bytes.all.current + request.requested;
-        let peak = state.lifetime_requested_peak.max(live);
-        let churn = state.pages.stats.mapped_total as f64 / peak.max(1) as f64;
-        if churn >= CHURN_STOP {
+        let peak = state.lifetime_requested_peak.max(live) as f64;
+        let requested = (state.lifetime_requested_total + request.requested) as f64;
+        let budget = CHURN_STOP * peak + state.config.compact_recycle_rate * requested;
+        let mapped = state.pages.stats.mapped_total as f64;
+        if mapped >= budget {
             return None;
         }
-        let ramp = ((churn - CHURN_FREE) / (CHURN_STOP - CHURN_FREE)).clamp(0.0, 1.0);
-        let slack = SLACK + ramp * SLACK_MAX;
-        Some((peak as f64 * (1.0 + slack)) as u64)
+        let ramp = ((mapped - (budget - CHURN_RAMP * peak)) / (CHURN_RAMP * peak).max(1.0))
+            .clamp(0.0, 1.0);
+        let slack = if mapped < TIGHT_UNTIL * peak {
+            0.0
+        } else {
+            SLACK
+        };
+        Some((peak * (1.0 + slack + ramp * SLACK_MAX)) as u64)
     }
 
     /// Finds a place, recycling idle pages first while mapping there would go over `limit`
