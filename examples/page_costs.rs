@@ -10,6 +10,8 @@
 //!   whose blocks reach their range through the pool's wrappers, and `False`);
 //! - `alloc_sweep` (`--alloc-sweep`): `vkAllocateMemory` of chunks of several sizes, up to 64
 //!   calls each, timed call by call, so that the cost per call and per MiB can be told apart;
+//!   then, for each size, as many `create_buffer` calls of that size (all kept alive, as
+//!   fixed segments are), so that the two ways of getting memory compare at the same fill;
 //! - `replays` (`--replay TRACE`): `replay --gpu` of a trace under each `--chunk-policy`,
 //!   `--rounds` times in turn, with driver time and device memory per run.
 //!
@@ -89,6 +91,8 @@ struct Report {
 
 #[derive(Serialize)]
 struct SweepRow {
+    /// `vkAllocateMemory` (page-mapped chunks) or `create_buffer` (wgpu buffers).
+    call: &'static str,
     chunk_bytes: u64,
     calls: usize,
     /// Whether the heap budget was queried after every allocation (as `replay --gpu` does).
@@ -99,8 +103,28 @@ struct SweepRow {
     last_ms: f64,
     /// `mean_ms` per MiB, in microseconds.
     us_per_mib: f64,
-    /// `vkFreeMemory` of all of them, per call.
+    /// `vkFreeMemory` (or dropping the buffers) of all of them, per call.
     free_mean_ms: f64,
+}
+
+impl SweepRow {
+    fn new(call: &'static str, size: u64, times: &[f64], budget_query: bool, free_ms: f64) -> Self {
+        const MIB: f64 = (1u64 << 20) as f64;
+        let calls = times.len();
+        let mean = times.iter().sum::<f64>() / calls as f64;
+        SweepRow {
+            call,
+            chunk_bytes: size,
+            calls,
+            budget_query_between: budget_query,
+            mean_ms: mean,
+            median_ms: median(times),
+            first_ms: times[0],
+            last_ms: times[calls - 1],
+            us_per_mib: mean * 1e3 / (size as f64 / MIB),
+            free_mean_ms: free_ms / calls as f64,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -281,20 +305,65 @@ fn measure_alloc_sweep(
         let free_total = ms(memory.counters().chunks.time - before);
         drop(memory);
         gpu.wait_idle()?;
-        let mean = times.iter().sum::<f64>() / calls as f64;
-        rows.push(SweepRow {
-            chunk_bytes: size,
-            calls,
-            budget_query_between: budget_query,
-            mean_ms: mean,
-            median_ms: median(&times),
-            first_ms: times[0],
-            last_ms: times[calls - 1],
-            us_per_mib: mean * 1e3 / (size as f64 / MIB as f64),
-            free_mean_ms: free_total / calls as f64,
-        });
+        rows.push(SweepRow::new(
+            "vkAllocateMemory",
+            size,
+            &times,
+            budget_query,
+            free_total,
+        ));
+        if !budget_query {
+            rows.push(sweep_create_buffer(gpu, size, calls)?);
+        }
     }
     Ok(rows)
+}
+
+/// One `create_buffer` of `size` bytes inside an error scope, and the milliseconds it took.
+fn timed_create_buffer(
+    gpu: &GpuContext,
+    size: u64,
+    label: &str,
+) -> Result<(wgpu::Buffer, f64), Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let buffer = catch(gpu.device(), || {
+        gpu.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: USAGE,
+            mapped_at_creation: false,
+        })
+    })?;
+    Ok((buffer, ms(start.elapsed())))
+}
+
+/// `calls` buffers of `size` bytes from `create_buffer`, all alive until the end, timed call
+/// by call.
+fn sweep_create_buffer(
+    gpu: &GpuContext,
+    size: u64,
+    calls: usize,
+) -> Result<SweepRow, Box<dyn std::error::Error>> {
+    let mut buffers = Vec::with_capacity(calls);
+    let mut times = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let (buffer, took) = timed_create_buffer(gpu, size, "page_costs sweep")?;
+        times.push(took);
+        buffers.push(buffer);
+    }
+    let start = Instant::now();
+    for buffer in buffers {
+        buffer.destroy();
+    }
+    gpu.wait_idle()?;
+    let free_total = ms(start.elapsed());
+    Ok(SweepRow::new(
+        "create_buffer",
+        size,
+        &times,
+        false,
+        free_total,
+    ))
 }
 
 fn parse_policy(spec: &str) -> Result<Option<ChunkPolicy>, Box<dyn std::error::Error>> {
@@ -419,16 +488,8 @@ fn measure_grow(gpu: &GpuContext, args: &Args) -> Result<Grow, Box<dyn std::erro
         steps.push(ms(start.elapsed()));
         drop(memory);
 
-        let start = Instant::now();
-        let buffer = catch(gpu.device(), || {
-            gpu.device().create_buffer(&wgpu::BufferDescriptor {
-                label: Some("page_costs segment"),
-                size,
-                usage: USAGE,
-                mapped_at_creation: false,
-            })
-        })?;
-        create.push(ms(start.elapsed()));
+        let (buffer, took) = timed_create_buffer(gpu, size, "page_costs segment")?;
+        create.push(took);
         buffer.destroy();
         gpu.wait_idle()?;
     }
