@@ -12,6 +12,9 @@
 //!   calls each, timed call by call, so that the cost per call and per MiB can be told apart;
 //!   then, for each size, as many `create_buffer` calls of that size (all kept alive, as
 //!   fixed segments are), so that the two ways of getting memory compare at the same fill;
+//!   and for 64 and 256 MiB, chunks mapped with a wait for each bind before the next
+//!   allocation, and plain `vkAllocateMemory` with no bind at all of every device-local
+//!   memory type, to tell the cost of the memory from the cost of binding it;
 //! - `replays` (`--replay TRACE`): `replay --gpu` of a trace under each `--chunk-policy`,
 //!   `--rounds` times in turn, with driver time and device memory per run.
 //!
@@ -91,8 +94,9 @@ struct Report {
 
 #[derive(Serialize)]
 struct SweepRow {
-    /// `vkAllocateMemory` (page-mapped chunks) or `create_buffer` (wgpu buffers).
-    call: &'static str,
+    /// What was timed: `vkAllocateMemory` of page-mapped chunks (each bound before the next
+    /// is allocated, or waited for too), `create_buffer`, or `vkAllocateMemory` alone.
+    call: String,
     chunk_bytes: u64,
     calls: usize,
     /// Whether the heap budget was queried after every allocation (as `replay --gpu` does).
@@ -108,7 +112,7 @@ struct SweepRow {
 }
 
 impl SweepRow {
-    fn new(call: &'static str, size: u64, times: &[f64], budget_query: bool, free_ms: f64) -> Self {
+    fn new(call: String, size: u64, times: &[f64], budget_query: bool, free_ms: f64) -> Self {
         const MIB: f64 = (1u64 << 20) as f64;
         let calls = times.len();
         let mean = times.iter().sum::<f64>() / calls as f64;
@@ -261,18 +265,21 @@ fn measure_alloc_sweep(
 ) -> Result<Vec<SweepRow>, Box<dyn std::error::Error>> {
     const MIB: u64 = 1 << 20;
     let page = gpu.page_mapping()?.page_size();
+    // (size, query the heap budget after each map, wait for each bind before the next map)
     let sizes = [
-        (2 * MIB, false),
-        (8 * MIB, false),
-        (32 * MIB, false),
-        (32 * MIB - page, false),
-        (32 * MIB, true),
-        (64 * MIB, false),
-        (256 * MIB, false),
-        (1024 * MIB, false),
+        (2 * MIB, false, false),
+        (8 * MIB, false, false),
+        (32 * MIB, false, false),
+        (32 * MIB - page, false, false),
+        (32 * MIB, true, false),
+        (64 * MIB, false, false),
+        (64 * MIB, false, true),
+        (256 * MIB, false, false),
+        (256 * MIB, false, true),
+        (1024 * MIB, false, false),
     ];
     let mut rows = Vec::new();
-    for (size, budget_query) in sizes {
+    for (size, budget_query, wait) in sizes {
         if 4 * size > total {
             continue;
         }
@@ -298,6 +305,9 @@ fn measure_alloc_sweep(
             if budget_query {
                 std::hint::black_box(gpu.memory_info());
             }
+            if wait {
+                memory.wait_for_binds()?;
+            }
         }
         let before = memory.counters().chunks.time;
         memory.unmap(0, &[(0, size * calls as u64)])?;
@@ -305,16 +315,95 @@ fn measure_alloc_sweep(
         let free_total = ms(memory.counters().chunks.time - before);
         drop(memory);
         gpu.wait_idle()?;
+        let call = if wait {
+            "vkAllocateMemory, each bind waited for"
+        } else {
+            "vkAllocateMemory"
+        };
         rows.push(SweepRow::new(
-            "vkAllocateMemory",
+            call.into(),
             size,
             &times,
             budget_query,
             free_total,
         ));
-        if !budget_query {
+        if wait {
+            rows.extend(sweep_plain_allocations(gpu, size, calls)?);
+        } else if !budget_query {
             rows.push(sweep_create_buffer(gpu, size, calls)?);
         }
+    }
+    Ok(rows)
+}
+
+/// `calls` plain `vkAllocateMemory` of `size` bytes, bound to nothing and all kept alive,
+/// for each device-local memory type that is not host-visible, timed call by call.
+fn sweep_plain_allocations(
+    gpu: &GpuContext,
+    size: u64,
+    calls: usize,
+) -> Result<Vec<SweepRow>, Box<dyn std::error::Error>> {
+    use ash::vk;
+    let chunk_type = gpu.page_mapping()?.facts().memory_type;
+    // SAFETY: the device is wgpu's Vulkan device; the handles are used while it lives.
+    let hal =
+        unsafe { gpu.device().as_hal::<wgpu::hal::api::Vulkan>() }.ok_or("not a Vulkan device")?;
+    let raw = hal.raw_device();
+    // SAFETY: the physical device belongs to this instance.
+    let properties = unsafe {
+        hal.shared_instance()
+            .raw_instance()
+            .get_physical_device_memory_properties(hal.raw_physical_device())
+    };
+    let mut rows = Vec::new();
+    for index in 0..properties.memory_type_count {
+        let flags = properties.memory_types[index as usize].property_flags;
+        if !flags.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL)
+            || flags.contains(vk::MemoryPropertyFlags::HOST_VISIBLE)
+        {
+            continue;
+        }
+        let info = vk::MemoryAllocateInfo::default()
+            .allocation_size(size)
+            .memory_type_index(index);
+        let mut memories = Vec::with_capacity(calls);
+        let mut times = Vec::with_capacity(calls);
+        let mut failed = None;
+        for _ in 0..calls {
+            let start = Instant::now();
+            // SAFETY: a plain allocation of one of this device's memory types.
+            match unsafe { raw.allocate_memory(&info, None) } {
+                Ok(memory) => {
+                    times.push(ms(start.elapsed()));
+                    memories.push(memory);
+                }
+                Err(result) => {
+                    failed = Some(result);
+                    break;
+                }
+            }
+        }
+        let start = Instant::now();
+        for memory in memories {
+            // SAFETY: allocated above, bound to nothing, freed once.
+            unsafe { raw.free_memory(memory, None) };
+        }
+        let free_total = ms(start.elapsed());
+        if let Some(result) = failed {
+            return Err(format!("vkAllocateMemory of type {index}: {result}").into());
+        }
+        let chunks = if index == chunk_type {
+            ", the chunks' type"
+        } else {
+            ""
+        };
+        rows.push(SweepRow::new(
+            format!("vkAllocateMemory alone, memory type {index}{chunks}"),
+            size,
+            &times,
+            false,
+            free_total,
+        ));
     }
     Ok(rows)
 }
@@ -358,7 +447,7 @@ fn sweep_create_buffer(
     gpu.wait_idle()?;
     let free_total = ms(start.elapsed());
     Ok(SweepRow::new(
-        "create_buffer",
+        "create_buffer".into(),
         size,
         &times,
         false,
