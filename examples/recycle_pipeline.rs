@@ -1,0 +1,163 @@
+//! What recycling pages costs an application that keeps GPU work in flight: a random mix of
+//! allocations, each filled by a kernel submitted at once (nothing waits for the GPU in the
+//! loop), blocks dropped at random, under several configurations in turn. One JSON object.
+//!
+//! A recycle unmaps idle pages after all work submitted before it and maps them where the
+//! request goes before any later work, so the queue drains there; fixed segments and
+//! `compact_recycle_rate:0` recycle less or not at all. The wall time of the whole loop,
+//! through the final wait for the GPU, is the figure to compare, beside device memory.
+//!
+//! `cargo run --release --example recycle_pipeline -- --allocations 3000 --live-mib 512`
+
+use std::time::Instant;
+
+use clap::Parser;
+use serde::Serialize;
+use wgpool::config::Config;
+use wgpool::gpu::{GpuContext, HeadlessOptions};
+use wgpool::kernels::{KernelCall, Kernels};
+use wgpool::pool::{Block, Pool};
+
+#[derive(Parser)]
+struct Args {
+    /// Allocations per run.
+    #[arg(long, default_value_t = 3000)]
+    allocations: usize,
+    /// Most live memory, in MiB; the largest request is an eighth of it.
+    #[arg(long, default_value_t = 512)]
+    live_mib: u64,
+    /// Configurations to compare (repeatable; default: the default, `compact_recycle_rate:0`
+    /// and `expandable_segments:False`).
+    #[arg(long = "conf")]
+    confs: Vec<String>,
+    /// Rounds, each running every configuration once.
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Seed of the random mix (the same in every run).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Serialize)]
+struct Run {
+    round: usize,
+    conf: String,
+    mode: String,
+    wall_s: f64,
+    device_bytes_peak: u64,
+    peak_live_bytes: u64,
+    driver_time_s: f64,
+    bind_calls: u64,
+    allocations: u64,
+    frees: u64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    adapter: String,
+    allocations: usize,
+    live_bytes_bound: u64,
+    runs: Vec<Run>,
+}
+
+/// SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn run_once(
+    gpu: &GpuContext,
+    kernels: &Kernels,
+    conf: &str,
+    args: &Args,
+    round: usize,
+) -> Result<Run, Box<dyn std::error::Error>> {
+    let pool = Pool::from_context(gpu, Config::parse(conf)?)?;
+    let bound = args.live_mib << 20;
+    let largest = (bound / 8).max(4096) as f64;
+    let mut rng = Rng(args.seed);
+    // Each block with a Pareto lifetime (shape 1.2): the shortest-lived goes first most of
+    // the time, so that a few blocks stay long and the live set fragments.
+    let mut live: Vec<(Block, f64)> = Vec::new();
+    let mut live_bytes = 0u64;
+    let mut peak_live = 0u64;
+    let start = Instant::now();
+    for i in 0..args.allocations {
+        // Log-uniform from 4 KiB to the largest request, in whole words.
+        let size = ((4096f64.ln() + rng.unit() * (largest.ln() - 4096f64.ln())).exp() as u64)
+            .div_ceil(4)
+            * 4;
+        let block = pool.alloc(size)?;
+        let mut encoder = gpu.device().create_command_encoder(&Default::default());
+        kernels.record(&mut encoder, &KernelCall::fill(block.operand(), i as u32))?;
+        pool.submit([encoder.finish()]);
+        live_bytes += size;
+        peak_live = peak_live.max(live_bytes);
+        live.push((block, (1.0 - rng.unit()).powf(-1.0 / 1.2)));
+        while live_bytes > bound || (!live.is_empty() && rng.unit() < 0.5) {
+            let index = if rng.unit() < 0.7 {
+                (0..live.len())
+                    .min_by(|&a, &b| live[a].1.total_cmp(&live[b].1))
+                    .unwrap_or(0)
+            } else {
+                (rng.unit() * live.len() as f64) as usize % live.len()
+            };
+            let (block, _) = live.swap_remove(index);
+            live_bytes -= block.size();
+            drop(block);
+        }
+    }
+    drop(live);
+    gpu.wait_idle()?;
+    let wall = start.elapsed().as_secs_f64();
+    let usage = pool.device_memory_usage();
+    Ok(Run {
+        round,
+        conf: conf.to_string(),
+        mode: format!("{:?}", usage.mode),
+        wall_s: wall,
+        device_bytes_peak: usage.device_bytes_peak,
+        peak_live_bytes: peak_live,
+        driver_time_s: usage.driver_time.as_secs_f64(),
+        bind_calls: usage.bind_calls,
+        allocations: usage.allocations,
+        frees: usage.frees,
+    })
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let gpu = GpuContext::headless(&HeadlessOptions::default())?;
+    let kernels = Kernels::new(gpu.device(), gpu.queue());
+    let confs = if args.confs.is_empty() {
+        vec![
+            String::new(),
+            "compact_recycle_rate:0".to_string(),
+            "expandable_segments:False".to_string(),
+        ]
+    } else {
+        args.confs.clone()
+    };
+    let mut runs = Vec::new();
+    for round in 1..=args.rounds {
+        for conf in &confs {
+            runs.push(run_once(&gpu, &kernels, conf, &args, round)?);
+        }
+    }
+    let report = Report {
+        adapter: gpu.info().name.clone(),
+        allocations: args.allocations,
+        live_bytes_bound: args.live_mib << 20,
+        runs,
+    };
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
