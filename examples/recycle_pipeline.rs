@@ -48,6 +48,11 @@ struct Run {
     peak_live_bytes: u64,
     driver_time_s: f64,
     bind_calls: u64,
+    /// Times the pool ordered all later GPU work after all submitted work, to reuse bytes
+    /// reached through several wrappers (pages mode).
+    wrapper_orderings: u64,
+    /// CPU waits for the GPU before pages were unmapped or chunks freed, in seconds.
+    unmap_wait_s: f64,
     allocations: u64,
     frees: u64,
 }
@@ -128,6 +133,8 @@ fn run_once(
         peak_live_bytes: peak_live,
         driver_time_s: usage.driver_time.as_secs_f64(),
         bind_calls: usage.bind_calls,
+        wrapper_orderings: usage.wrapper_orderings,
+        unmap_wait_s: usage.unmap_wait_time.as_secs_f64(),
         allocations: usage.allocations,
         frees: usage.frees,
     })
