@@ -3,9 +3,9 @@
 //! loop), blocks dropped at random, under several configurations in turn. One JSON object.
 //!
 //! A recycle unmaps idle pages after all work submitted before it and maps them where the
-//! request goes before any later work, so the queue drains there; fixed segments and
-//! `compact_recycle_rate:0` recycle less or not at all. The wall time of the whole loop,
-//! through the final wait for the GPU, is the figure to compare, beside device memory.
+//! request goes before any later work; `compact_recycle_rate:0` recycles less and fixed
+//! segments not at all. The wall time of the whole loop, through the final wait for the GPU,
+//! is the figure to compare, beside device memory.
 //!
 //! `cargo run --release --example recycle_pipeline -- --allocations 3000 --live-mib 512`
 
