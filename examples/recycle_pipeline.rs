@@ -36,6 +36,9 @@ struct Args {
     /// Seed of the random mix (the same in every run).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Submit no kernels: time the pool's allocations and frees alone.
+    #[arg(long)]
+    no_kernels: bool,
 }
 
 #[derive(Serialize)]
@@ -51,6 +54,8 @@ struct Run {
     /// Times the pool ordered all later GPU work after all submitted work, to reuse bytes
     /// reached through several wrappers (pages mode).
     wrapper_orderings: u64,
+    /// CPU time of those orderings, in seconds.
+    ordering_s: f64,
     /// CPU waits for the GPU before pages were unmapped or chunks freed, in seconds.
     unmap_wait_s: f64,
     allocations: u64,
@@ -60,6 +65,7 @@ struct Run {
 #[derive(Serialize)]
 struct Report {
     adapter: String,
+    kernels: bool,
     allocations: usize,
     live_bytes_bound: u64,
     runs: Vec<Run>,
@@ -101,9 +107,11 @@ fn run_once(
             .div_ceil(4)
             * 4;
         let block = pool.alloc(size)?;
-        let mut encoder = gpu.device().create_command_encoder(&Default::default());
-        kernels.record(&mut encoder, &KernelCall::fill(block.operand(), i as u32))?;
-        pool.submit([encoder.finish()]);
+        if !args.no_kernels {
+            let mut encoder = gpu.device().create_command_encoder(&Default::default());
+            kernels.record(&mut encoder, &KernelCall::fill(block.operand(), i as u32))?;
+            pool.submit([encoder.finish()]);
+        }
         live_bytes += size;
         peak_live = peak_live.max(live_bytes);
         live.push((block, (1.0 - rng.unit()).powf(-1.0 / 1.2)));
@@ -134,6 +142,7 @@ fn run_once(
         driver_time_s: usage.driver_time.as_secs_f64(),
         bind_calls: usage.bind_calls,
         wrapper_orderings: usage.wrapper_orderings,
+        ordering_s: usage.ordering_time.as_secs_f64(),
         unmap_wait_s: usage.unmap_wait_time.as_secs_f64(),
         allocations: usage.allocations,
         frees: usage.frees,
@@ -161,6 +170,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let report = Report {
         adapter: gpu.info().name.clone(),
+        kernels: !args.no_kernels,
         allocations: args.allocations,
         live_bytes_bound: args.live_mib << 20,
         runs,

@@ -51,6 +51,9 @@ pub struct DeviceMemoryUsage {
     /// that all later GPU work was ordered after all submitted work first (0 for segments;
     /// see [`Block::buffer`](super::Block::buffer)).
     pub wrapper_orderings: u64,
+    /// CPU time those orderings took: an empty wgpu submission each, or where binds are not
+    /// ordered on the GPU, a wait for it (not driver time; zero for segments).
+    pub ordering_time: Duration,
 }
 
 fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -201,6 +204,7 @@ impl Backing {
                     frees: counters.destroyed,
                     bind_calls: 0,
                     wrapper_orderings: 0,
+                    ordering_time: Duration::ZERO,
                 }
             }
             Source::Pages(pages) => {
@@ -217,6 +221,7 @@ impl Backing {
                     frees: counters.chunks.frees,
                     bind_calls: counters.bind_calls,
                     wrapper_orderings: self.wrappers.orderings,
+                    ordering_time: counters.ordering_time,
                 }
             }
         }
