@@ -36,7 +36,8 @@ pub struct DeviceMemoryUsage {
     /// `vkAllocateMemory` and `vkFreeMemory`).
     pub allocation_time: Duration,
     /// Of `driver_time`: `vkQueueBindSparse` (and, where the device cannot order binds on
-    /// the GPU, their fence waits); zero for segments.
+    /// the GPU, their fence waits; where it can, the empty submission before each unbind);
+    /// zero for segments.
     pub bind_time: Duration,
     /// CPU waits for the GPU before pages were unmapped or chunks freed (not driver time;
     /// zero for segments).

@@ -25,7 +25,8 @@ pub struct PagedCounters {
     pub maps_from_spare: u64,
     /// Bytes bound as spare pages over the memory's life.
     pub spare_bound_bytes_total: u64,
-    /// Time in those calls and their fence waits.
+    /// Time in those calls and their fence waits, and in the empty wgpu submissions that
+    /// mark the work an unbind waits for.
     pub bind_time: Duration,
     /// Ranges created.
     pub ranges_created: u64,
@@ -807,7 +808,14 @@ impl PagedMemory {
         let sparse = self.sparse.clone();
         let timelines = sparse.inner.timelines.as_ref();
         let after_gpu = match (kind, timelines) {
-            (BindKind::Unmap, Some(timelines)) => Some(timelines.gpu_done(&self.queue)),
+            (BindKind::Unmap, Some(timelines)) => {
+                // The empty submission that marks the work the unbind waits for is part of
+                // the cost of unbinding.
+                let start = Instant::now();
+                let value = timelines.gpu_done(&self.queue);
+                self.counters.bind_time += start.elapsed();
+                Some(value)
+            }
             (BindKind::Unmap, None) => {
                 self.wait_for_gpu();
                 None
