@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use serde::Serialize;
+use wgpool::bench::rng::SplitMix64;
 use wgpool::config::Config;
 use wgpool::gpu::{GpuContext, HeadlessOptions};
 use wgpool::kernels::{KernelCall, Kernels};
@@ -71,19 +72,6 @@ struct Report {
     runs: Vec<Run>,
 }
 
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 fn run_once(
     gpu: &GpuContext,
     kernels: &Kernels,
@@ -94,7 +82,7 @@ fn run_once(
     let pool = Pool::from_context(gpu, Config::parse(conf)?)?;
     let bound = args.live_mib << 20;
     let largest = (bound / 8).max(4096) as f64;
-    let mut rng = Rng(args.seed);
+    let mut rng = SplitMix64::new(args.seed);
     // Each block with a Pareto lifetime (shape 1.2): the shortest-lived goes first most of
     // the time, so that a few blocks stay long and the live set fragments.
     let mut live: Vec<(Block, f64)> = Vec::new();
@@ -103,7 +91,7 @@ fn run_once(
     let start = Instant::now();
     for i in 0..args.allocations {
         // Log-uniform from 4 KiB to the largest request, in whole words.
-        let size = ((4096f64.ln() + rng.unit() * (largest.ln() - 4096f64.ln())).exp() as u64)
+        let size = ((4096f64.ln() + rng.next_f64() * (largest.ln() - 4096f64.ln())).exp() as u64)
             .div_ceil(4)
             * 4;
         let block = pool.alloc(size)?;
@@ -114,14 +102,14 @@ fn run_once(
         }
         live_bytes += size;
         peak_live = peak_live.max(live_bytes);
-        live.push((block, (1.0 - rng.unit()).powf(-1.0 / 1.2)));
-        while live_bytes > bound || (!live.is_empty() && rng.unit() < 0.5) {
-            let index = if rng.unit() < 0.7 {
+        live.push((block, (1.0 - rng.next_f64()).powf(-1.0 / 1.2)));
+        while live_bytes > bound || (!live.is_empty() && rng.next_f64() < 0.5) {
+            let index = if rng.next_f64() < 0.7 {
                 (0..live.len())
                     .min_by(|&a, &b| live[a].1.total_cmp(&live[b].1))
                     .unwrap_or(0)
             } else {
-                (rng.unit() * live.len() as f64) as usize % live.len()
+                (rng.next_f64() * live.len() as f64) as usize % live.len()
             };
             let (block, _) = live.swap_remove(index);
             live_bytes -= block.size();

@@ -22,6 +22,11 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
+    /// A float uniformly distributed in `[0, 1)`, with 53 random bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
     /// A float uniformly distributed in `[-1, 1)`, with 24 random bits.
     pub fn next_unit_f32(&mut self) -> f32 {
         let bits = (self.next_u64() >> 40) as u32; // 24 bits
