@@ -13,30 +13,23 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
+use wgpool::bench::rng::SplitMix64;
 use wgpool::config::Config;
 use wgpool::engine::{BlockId, Engine, EngineLimits, VirtualSegments};
 
 const LIVE_COUNTS: [usize; 3] = [1_000, 10_000, 100_000];
 const POLICIES: [(&str, &str); 2] = [("pytorch", "policy:pytorch"), ("default", "")];
 
-/// splitmix64: small, fast and reproducible.
-struct Rng(u64);
+/// The benchmark's draws, from the crate's SplitMix64: small, fast and reproducible.
+struct Rng(SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
     fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.next_f64()
     }
 
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.0.next_u64() % n as u64) as usize
     }
 
     /// 512 B to 64 MiB, log-uniform.
@@ -61,7 +54,7 @@ impl Steady {
             engine: Engine::new(config, EngineLimits::unlimited()).expect("engine"),
             device: VirtualSegments::unlimited(),
             live: Vec::with_capacity(live),
-            rng: Rng(0x5EED ^ live as u64),
+            rng: Rng(SplitMix64::new(0x5EED ^ live as u64)),
         };
         for _ in 0..live {
             let size = state.rng.size();

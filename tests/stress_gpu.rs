@@ -8,6 +8,7 @@
 
 mod common;
 
+use wgpool::bench::rng::SplitMix64;
 use wgpool::config::Config;
 use wgpool::engine::AllocError;
 use wgpool::pool::{Block, MemoryMode, MoveError, Pool, ReadWriteError, Residency};
@@ -17,16 +18,12 @@ const OPS_PER_THREAD: u64 = 20_000;
 /// Live blocks per thread at most; the oldest are dropped beyond it.
 const MAX_LIVE: usize = 48;
 
-struct Rng(u64);
+/// The stress's draws, from the crate's SplitMix64.
+struct Rng(SplitMix64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        // SplitMix64.
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     fn below(&mut self, n: u64) -> u64 {
@@ -76,7 +73,7 @@ struct Counts {
 }
 
 fn run_thread(pool: &Pool, other: &Pool, seed: u64) -> Counts {
-    let mut rng = Rng(seed);
+    let mut rng = Rng(SplitMix64::new(seed));
     let mut live: Vec<Live> = Vec::new();
     let mut counts = Counts::default();
     for op in 0..OPS_PER_THREAD {
