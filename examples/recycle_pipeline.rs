@@ -17,7 +17,7 @@ use wgpool::bench::rng::SplitMix64;
 use wgpool::config::Config;
 use wgpool::gpu::{GpuContext, HeadlessOptions};
 use wgpool::kernels::{KernelCall, Kernels};
-use wgpool::pool::{Block, Pool};
+use wgpool::pool::{Block, DeviceMemoryUsage, Pool};
 
 #[derive(Parser)]
 struct Args {
@@ -61,6 +61,111 @@ struct Run {
     unmap_wait_s: f64,
     allocations: u64,
     frees: u64,
+    ranges_created: u64,
+    ranges_released: u64,
+    wrappers_created: u64,
+    /// Of `driver_time_s`: creating and releasing ranges and their wrappers.
+    range_s: f64,
+    /// Where the pool's time went, operation by operation.
+    ops: OpTimes,
+}
+
+/// The time of every `alloc` and every drop, split by what the memory layer did during the
+/// operation, and the part of it that no counter of the memory layer accounts for (the
+/// operation's time minus its driver time, unmap waits and orderings).
+#[derive(Default, Serialize)]
+struct OpTimes {
+    alloc_s: f64,
+    free_s: f64,
+    unaccounted_s: f64,
+    /// Operations during which the memory layer did nothing (a cache hit or a placement
+    /// in memory already mapped).
+    quiet: OpClass,
+    /// Operations with a bind, and no range or wrapper made.
+    bind: OpClass,
+    /// Operations that created or released a range.
+    range: OpClass,
+    /// Operations that made a wrapper (and no range).
+    wrapper: OpClass,
+    /// The ten operations with the most unaccounted time.
+    slowest: Vec<SlowOp>,
+}
+
+#[derive(Default, Serialize)]
+struct OpClass {
+    count: u64,
+    total_s: f64,
+    unaccounted_s: f64,
+}
+
+#[derive(Serialize)]
+struct SlowOp {
+    /// `alloc` or `free`.
+    op: &'static str,
+    /// The allocation's number (for a free, the allocation after which it happened).
+    index: usize,
+    total_s: f64,
+    unaccounted_s: f64,
+    bind_calls: u64,
+    ranges: u64,
+    wrappers: u64,
+}
+
+impl OpTimes {
+    /// Counts one operation that took `total` seconds, with `before` and `after` the
+    /// memory layer's counters around it.
+    fn add(
+        &mut self,
+        (op, index): (&'static str, usize),
+        total: f64,
+        before: &DeviceMemoryUsage,
+        after: &DeviceMemoryUsage,
+    ) {
+        let waited = |u: &DeviceMemoryUsage| {
+            (u.driver_time + u.unmap_wait_time + u.ordering_time).as_secs_f64()
+        };
+        let unaccounted = (total - (waited(after) - waited(before))).max(0.0);
+        let binds = after.bind_calls - before.bind_calls;
+        let ranges = (after.ranges_created + after.ranges_released)
+            - (before.ranges_created + before.ranges_released);
+        let wrappers = after.wrappers_created - before.wrappers_created;
+        let class = if ranges > 0 {
+            &mut self.range
+        } else if wrappers > 0 {
+            &mut self.wrapper
+        } else if binds > 0 {
+            &mut self.bind
+        } else {
+            &mut self.quiet
+        };
+        class.count += 1;
+        class.total_s += total;
+        class.unaccounted_s += unaccounted;
+        self.unaccounted_s += unaccounted;
+        if op == "alloc" {
+            self.alloc_s += total;
+        } else {
+            self.free_s += total;
+        }
+        self.slowest.push(SlowOp {
+            op,
+            index,
+            total_s: total,
+            unaccounted_s: unaccounted,
+            bind_calls: binds,
+            ranges,
+            wrappers,
+        });
+        if self.slowest.len() > 64 {
+            self.keep_slowest();
+        }
+    }
+
+    fn keep_slowest(&mut self) {
+        self.slowest
+            .sort_by(|a, b| b.unaccounted_s.total_cmp(&a.unaccounted_s));
+        self.slowest.truncate(10);
+    }
 }
 
 #[derive(Serialize)]
@@ -88,13 +193,18 @@ fn run_once(
     let mut live: Vec<(Block, f64)> = Vec::new();
     let mut live_bytes = 0u64;
     let mut peak_live = 0u64;
+    let mut ops = OpTimes::default();
     let start = Instant::now();
     for i in 0..args.allocations {
         // Log-uniform from 4 KiB to the largest request, in whole words.
         let size = ((4096f64.ln() + rng.next_f64() * (largest.ln() - 4096f64.ln())).exp() as u64)
             .div_ceil(4)
             * 4;
+        let before = pool.device_memory_usage();
+        let began = Instant::now();
         let block = pool.alloc(size)?;
+        let took = began.elapsed().as_secs_f64();
+        ops.add(("alloc", i), took, &before, &pool.device_memory_usage());
         if !args.no_kernels {
             let mut encoder = gpu.device().create_command_encoder(&Default::default());
             kernels.record(&mut encoder, &KernelCall::fill(block.operand(), i as u32))?;
@@ -113,7 +223,11 @@ fn run_once(
             };
             let (block, _) = live.swap_remove(index);
             live_bytes -= block.size();
+            let before = pool.device_memory_usage();
+            let began = Instant::now();
             drop(block);
+            let took = began.elapsed().as_secs_f64();
+            ops.add(("free", i), took, &before, &pool.device_memory_usage());
         }
     }
     drop(live);
@@ -134,6 +248,14 @@ fn run_once(
         unmap_wait_s: usage.unmap_wait_time.as_secs_f64(),
         allocations: usage.allocations,
         frees: usage.frees,
+        ranges_created: usage.ranges_created,
+        ranges_released: usage.ranges_released,
+        wrappers_created: usage.wrappers_created,
+        range_s: usage.range_time.as_secs_f64(),
+        ops: {
+            ops.keep_slowest();
+            ops
+        },
     })
 }
 

@@ -155,3 +155,27 @@ fn bytes_of_several_wrappers_are_ordered_before_reuse() {
     assert!(overlaps(&again, freed_offset, span));
     assert_eq!(pool.device_memory_usage().wrapper_orderings, 1);
 }
+
+#[test]
+fn wrappers_and_ranges_are_counted_and_timed_as_driver_work() {
+    let pool = pages_pool(FreeTiming::AtDrop);
+    let blocks: Vec<Block> = (0..3).map(|_| pool.alloc(BLOCK).unwrap()).collect();
+    let usage = pool.device_memory_usage();
+    // Three live blocks of one range: the range's own buffer and two more wrappers.
+    assert!(blocks.windows(2).all(|w| w[0].buffer() != w[1].buffer()));
+    assert_eq!(usage.ranges_created, 1, "{usage:?}");
+    assert_eq!(usage.wrappers_created, 2, "{usage:?}");
+    assert!(usage.range_time > std::time::Duration::ZERO, "{usage:?}");
+    assert!(usage.driver_time >= usage.range_time + usage.bind_time + usage.allocation_time);
+    assert_eq!(usage.ranges_released, 0);
+
+    drop(blocks);
+    pool.empty_cache();
+    let after = pool.device_memory_usage();
+    assert_eq!(after.ranges_released, 1, "{after:?}");
+    assert_eq!(after.wrappers_created, 2);
+    assert!(
+        after.range_time > usage.range_time,
+        "releasing is timed too: {after:?}"
+    );
+}

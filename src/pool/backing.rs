@@ -29,18 +29,21 @@ pub struct DeviceMemoryUsage {
     /// The peak of `device_bytes`.
     pub device_bytes_peak: u64,
     /// Time in the driver creating and destroying segment buffers, or allocating and
-    /// freeing chunks, binding pages and creating ranges.
+    /// freeing chunks, binding pages, and creating and releasing ranges and their wrappers.
     #[serde(serialize_with = "seconds")]
     pub driver_time: Duration,
     /// Of `driver_time`: getting and giving back memory (`create_buffer` and `destroy`, or
     /// `vkAllocateMemory` and `vkFreeMemory`).
+    #[serde(serialize_with = "seconds")]
     pub allocation_time: Duration,
     /// Of `driver_time`: `vkQueueBindSparse` (and, where the device cannot order binds on
     /// the GPU, their fence waits; where it can, the empty submission before each unbind);
     /// zero for segments.
+    #[serde(serialize_with = "seconds")]
     pub bind_time: Duration,
-    /// CPU waits for the GPU before pages were unmapped or chunks freed (not driver time;
-    /// zero for segments).
+    /// CPU waits for the GPU before pages were unmapped, and for pending binds before chunks
+    /// were freed or ranges released (not driver time; zero for segments).
+    #[serde(serialize_with = "seconds")]
     pub unmap_wait_time: Duration,
     /// Device memory allocations made (segment buffers, or chunks).
     pub allocations: u64,
@@ -54,7 +57,19 @@ pub struct DeviceMemoryUsage {
     pub wrapper_orderings: u64,
     /// CPU time those orderings took: an empty wgpu submission each, or where binds are not
     /// ordered on the GPU, a wait for it (not driver time; zero for segments).
+    #[serde(serialize_with = "seconds")]
     pub ordering_time: Duration,
+    /// Address ranges created (sparse buffers; 0 for segments).
+    pub ranges_created: u64,
+    /// Address ranges released (0 for segments).
+    pub ranges_released: u64,
+    /// Extra wgpu wrappers made over ranges, so that blocks of one range get no barrier
+    /// between their dispatches (0 for segments).
+    pub wrappers_created: u64,
+    /// Of `driver_time`: creating and releasing ranges and their wrappers (zero for
+    /// segments).
+    #[serde(serialize_with = "seconds")]
+    pub range_time: Duration,
 }
 
 fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -206,6 +221,10 @@ impl Backing {
                     bind_calls: 0,
                     wrapper_orderings: 0,
                     ordering_time: Duration::ZERO,
+                    ranges_created: 0,
+                    ranges_released: 0,
+                    wrappers_created: 0,
+                    range_time: Duration::ZERO,
                 }
             }
             Source::Pages(pages) => {
@@ -223,6 +242,10 @@ impl Backing {
                     bind_calls: counters.bind_calls,
                     wrapper_orderings: self.wrappers.orderings,
                     ordering_time: counters.ordering_time,
+                    ranges_created: counters.ranges_created,
+                    ranges_released: counters.ranges_released,
+                    wrappers_created: counters.wrappers_created,
+                    range_time: counters.range_time,
                 }
             }
         }

@@ -90,8 +90,8 @@ pub struct GpuReplayReport {
     /// extension.
     pub heap_usage_peak_bytes: Option<u64>,
     /// Time in the driver getting and giving back device memory: `create_buffer` and
-    /// `destroy` for segments; memory allocation and freeing, binds and range creation for
-    /// pages.
+    /// `destroy` for segments; memory allocation and freeing, binds, and creating and
+    /// releasing ranges and their wrappers for pages.
     pub driver_time_s: f64,
     /// Of `driver_time_s`: getting and giving back memory (`create_buffer` and `destroy`, or
     /// `vkAllocateMemory` and `vkFreeMemory`).
@@ -99,7 +99,8 @@ pub struct GpuReplayReport {
     /// Of `driver_time_s`: `vkQueueBindSparse` calls (and their fence waits where binds are
     /// not ordered on the GPU).
     pub bind_time_s: f64,
-    /// CPU waits for the GPU before pages were unmapped or chunks freed (not driver time).
+    /// CPU waits for the GPU before pages were unmapped, and for pending binds before chunks
+    /// were freed or ranges released (not driver time).
     pub unmap_wait_s: f64,
     /// Device memory allocations (segment buffers, or chunks).
     pub device_allocations: u64,
@@ -107,6 +108,11 @@ pub struct GpuReplayReport {
     pub device_frees: u64,
     /// `vkQueueBindSparse` calls (0 for segments).
     pub bind_calls: u64,
+    /// Of `driver_time_s`: creating and releasing ranges and their wrappers (0 for
+    /// segments).
+    pub range_time_s: f64,
+    /// Extra wgpu wrappers made over ranges (0 for segments).
+    pub wrappers_created: u64,
     /// Segments (or ranges) created and released, as the engine counts them.
     pub segments_created: u64,
     /// See `segments_created`.
@@ -222,6 +228,8 @@ pub fn replay_on_gpu(
         device_allocations: usage.allocations,
         device_frees: usage.frees,
         bind_calls: usage.bind_calls,
+        range_time_s: usage.range_time.as_secs_f64(),
+        wrappers_created: usage.wrappers_created,
         segments_created: stats.num_device_alloc,
         segments_released: stats.num_device_free,
         num_alloc_retries: stats.num_alloc_retries,

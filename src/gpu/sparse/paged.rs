@@ -30,9 +30,15 @@ pub struct PagedCounters {
     pub bind_time: Duration,
     /// Ranges created.
     pub ranges_created: u64,
-    /// Time creating ranges (sparse `VkBuffer` and its wgpu wrapper).
+    /// Ranges released.
+    pub ranges_released: u64,
+    /// Extra wgpu wrappers made over ranges ([`alias_buffer`](PagedMemory::alias_buffer)).
+    pub wrappers_created: u64,
+    /// Time creating and releasing ranges (the sparse `VkBuffer` and its wgpu wrappers) and
+    /// making extra wrappers over them.
     pub range_time: Duration,
-    /// Time waiting for the GPU before unbinding pages.
+    /// Time waiting for the GPU before unbinding pages, and for pending binds before a
+    /// range's buffer or a chunk is given back.
     pub unmap_wait_time: Duration,
     /// Bytes bound over the memory's life.
     pub mapped_bytes_total: u64,
@@ -46,8 +52,9 @@ pub struct PagedCounters {
 }
 
 impl PagedCounters {
-    /// Time in the driver: memory allocation and freeing, binds, and range creation (the
-    /// waits for the GPU before unbinding are not driver time).
+    /// Time in the driver: memory allocation and freeing, binds, and creating and releasing
+    /// ranges and their wrappers (the waits for the GPU before unbinding are not driver
+    /// time).
     pub fn driver_time(&self) -> Duration {
         self.chunks.time + self.bind_time + self.range_time
     }
@@ -344,11 +351,17 @@ impl PagedMemory {
         }
         self.reclaim_spare(Some(id))?;
         // Binds into the range may still be pending: its buffer must outlive them.
-        self.sparse.wait_for_binds()?;
+        let start = Instant::now();
+        let waited = self.sparse.wait_for_binds();
+        self.counters.unmap_wait_time += start.elapsed();
+        waited?;
+        let start = Instant::now();
         let state = self.ranges[id as usize].take().expect("checked live");
         let size = state.range.size();
         self.range_bytes -= size;
         drop(state);
+        self.counters.range_time += start.elapsed();
+        self.counters.ranges_released += 1;
         self.sparse.inner.release_address_space(size);
         Ok(())
     }
@@ -371,7 +384,11 @@ impl PagedMemory {
         self.range(id)?;
         let label = format!("{} range {id} alias", self.label);
         let state = self.ranges[id as usize].as_mut().expect("checked live");
-        Ok(state.range.alias(&self.device, &label))
+        let start = Instant::now();
+        let buffer = state.range.alias(&self.device, &label);
+        self.counters.range_time += start.elapsed();
+        self.counters.wrappers_created += 1;
+        Ok(buffer)
     }
 
     /// Orders every GPU submission made from now on after every submission made before,
