@@ -571,6 +571,63 @@ fn pools_take_ranges_of_the_requests_size_when_address_space_is_short() {
     pool.check_consistency().unwrap();
 }
 
+/// Releasing a range never waits for the binds into it: its buffer (and address space) is
+/// kept until they are applied. A reservation of another pool that needs that address space
+/// right away gets it (waiting for the binds), so filling the whole address space, mapping
+/// and unmapping a page in every range, releasing and filling it again from another pool
+/// works round after round.
+#[test]
+fn address_space_of_released_ranges_goes_to_the_next_reservation_of_any_pool() {
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    // A device of its own: the test fills its address space.
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let ctx = &*own;
+    let facts = ctx.page_mapping().unwrap().facts();
+    let page = facts.page_size;
+    let mut pools: Vec<PagedMemory> = (0..2)
+        .map(|_| PagedMemory::new(ctx.device(), ctx.queue(), USAGE, "fill", small_chunks()))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let largest = pools[0].max_range();
+    // Ranges that fill the address space exactly.
+    let mut sizes = Vec::new();
+    let mut left = facts.address_space / page * page;
+    while left > 0 {
+        let size = left.min(largest);
+        sizes.push(size);
+        left -= size;
+    }
+    let kernels = Kernels::new(ctx.device(), ctx.queue());
+    for round in 0..4 {
+        let pool = &mut pools[round % 2];
+        for (id, &size) in sizes.iter().enumerate() {
+            let id = id as u32;
+            pool.reserve_range(id, size)
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+            pool.map(id, &[(size - page, page)]).unwrap();
+            let buffer = pool.buffer(id).unwrap().clone();
+            let operand = Operand::new(&buffer, size - page, page);
+            kernels
+                .run(&KernelCall::fill(operand, round as u32))
+                .unwrap();
+            let bytes = read_region(ctx.device(), ctx.queue(), &buffer, size - page, page).unwrap();
+            assert!(words(&bytes).iter().all(|&w| w == round as u32));
+        }
+        // One more page of address space does not fit.
+        assert!(pool.reserve_range(sizes.len() as u32, page).is_err());
+        for id in 0..sizes.len() as u32 {
+            pool.unmap(id, &[(sizes[id as usize] - page, page)])
+                .unwrap();
+            pool.release_range(id).unwrap();
+        }
+        assert_eq!(pool.usage().ranges, 0);
+        assert_eq!(
+            pool.counters().ranges_released,
+            pool.counters().ranges_created
+        );
+    }
+}
+
 /// On a device with sparse binding (the test device), a pool of the default configuration
 /// maps pages and says so in `memory_mode_reason`, its device memory and the summary;
 /// `expandable_segments:False` keeps fixed segments and says that.

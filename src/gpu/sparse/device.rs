@@ -8,6 +8,7 @@ use ash::vk;
 
 use super::error::SparseError;
 use super::gate::QueueGate;
+use super::range::RetiringRange;
 use super::timeline::Timelines;
 
 /// Page mapping on one device: a cheap handle, shared by every pool on the device.
@@ -36,6 +37,9 @@ pub(crate) struct SparseDeviceInner {
     /// Timeline semaphores that order binds with the GPU, where the device has them;
     /// without them every bind waits on a fence and every unmap for the GPU.
     pub timelines: Option<Timelines>,
+    /// Released ranges of every pool whose buffers wait for binds into them: the bind
+    /// timeline value to reach, and the buffer. Each keeps its address space until then.
+    retiring: Mutex<Vec<(u64, RetiringRange)>>,
 }
 
 /// What a device offers for page mapping, read once when it is opened.
@@ -163,6 +167,36 @@ impl SparseDevice {
         })
     }
 
+    /// Keeps a released range's buffer until every bind submitted so far has been applied,
+    /// then destroys it and gives its address space back, without blocking: checked here
+    /// and at every [`retire_applied`](Self::retire_applied).
+    pub(crate) fn retire_after_binds(&self, range: RetiringRange) {
+        let value = self.last_bind();
+        lock(&self.inner.retiring).push((value, range));
+        self.retire_applied();
+    }
+
+    /// Destroys the retiring buffers whose binds have been applied and gives their address
+    /// space back; returns whether some still wait. Does not block.
+    pub(crate) fn retire_applied(&self) -> bool {
+        let mut retiring = lock(&self.inner.retiring);
+        if retiring.is_empty() {
+            return false;
+        }
+        let applied = match &self.inner.timelines {
+            Some(timelines) => timelines.binds_applied(&self.inner.raw).unwrap_or(0),
+            None => u64::MAX,
+        };
+        retiring.retain(|(value, range)| {
+            let keep = *value > applied;
+            if !keep {
+                self.inner.release_address_space(range.size());
+            }
+            keep
+        });
+        !retiring.is_empty()
+    }
+
     /// Blocks until every bind submitted so far has been applied (with timelines; without,
     /// every bind was already waited for).
     pub(crate) fn wait_for_binds(&self) -> Result<(), SparseError> {
@@ -272,6 +306,7 @@ impl SparseDeviceInner {
             fences: Mutex::new(Vec::new()),
             address_reserved: AtomicU64::new(0),
             timelines,
+            retiring: Mutex::new(Vec::new()),
         }
     }
 
@@ -295,9 +330,14 @@ impl SparseDeviceInner {
         self.address_reserved.load(Ordering::Acquire)
     }
 
-    /// Destroys the pooled fences and the timelines. Called as the device is destroyed,
-    /// after every pool on it is gone (pools keep the device alive).
+    /// Destroys the retiring range buffers, the pooled fences and the timelines. Called as
+    /// the device is destroyed, after every pool on it is gone (pools keep the device
+    /// alive).
     pub fn destroy_sync_objects(&self) {
+        // Every pool is gone and waited for its binds: the retiring buffers go first.
+        for (_, range) in lock(&self.retiring).drain(..) {
+            self.release_address_space(range.size());
+        }
         for fence in lock(&self.fences).drain(..) {
             // SAFETY: pooled fences are idle and the device is still alive.
             unsafe { self.raw.destroy_fence(fence, None) };

@@ -305,7 +305,22 @@ impl PagedMemory {
             self.usage_checked = true;
         }
         let facts = self.sparse.facts();
-        let reserved = self.sparse.inner.reserve_address_space(size);
+        let start = Instant::now();
+        let retiring = self.sparse.retire_applied();
+        self.counters.range_time += start.elapsed();
+        let mut reserved = self.sparse.inner.reserve_address_space(size);
+        if !reserved && retiring {
+            // Released ranges (of any pool on the device) hold their address space until
+            // the binds into them have been applied.
+            let start = Instant::now();
+            let waited = self.sparse.wait_for_binds();
+            self.counters.unmap_wait_time += start.elapsed();
+            waited?;
+            let start = Instant::now();
+            self.sparse.retire_applied();
+            self.counters.range_time += start.elapsed();
+            reserved = self.sparse.inner.reserve_address_space(size);
+        }
         if !reserved {
             return Err(SparseError::AddressSpace {
                 requested: size,
@@ -337,8 +352,9 @@ impl PagedMemory {
         Ok(())
     }
 
-    /// Releases range `id`: unmaps what is still mapped (waiting for the GPU first; the
-    /// memory stays held) and gives its address space back.
+    /// Releases range `id`: unmaps what is still mapped (after the GPU work that used it;
+    /// the memory stays held). Its buffer and address space are given back once the binds
+    /// into it have been applied; the CPU does not wait for them.
     pub fn release_range(&mut self, id: u32) -> Result<(), SparseError> {
         let mapped: Vec<(u64, u64)> = self
             .range(id)?
@@ -350,19 +366,14 @@ impl PagedMemory {
             self.unmap(id, &mapped)?;
         }
         self.reclaim_spare(Some(id))?;
-        // Binds into the range may still be pending: its buffer must outlive them.
-        let start = Instant::now();
-        let waited = self.sparse.wait_for_binds();
-        self.counters.unmap_wait_time += start.elapsed();
-        waited?;
         let start = Instant::now();
         let state = self.ranges[id as usize].take().expect("checked live");
-        let size = state.range.size();
-        self.range_bytes -= size;
-        drop(state);
+        self.range_bytes -= state.range.size();
+        // Binds into the range may still be pending: its Vulkan buffer outlives them (and
+        // keeps its address space) while its wgpu wrappers are destroyed now.
+        self.sparse.retire_after_binds(state.range.retire());
         self.counters.range_time += start.elapsed();
         self.counters.ranges_released += 1;
-        self.sparse.inner.release_address_space(size);
         Ok(())
     }
 
@@ -876,6 +887,7 @@ impl Drop for PagedMemory {
         for state in self.ranges.drain(..).flatten() {
             self.sparse.inner.release_address_space(state.range.size());
         }
+        self.sparse.retire_applied();
         self.chunks.free_all(&self.sparse);
     }
 }

@@ -23,7 +23,8 @@ pub(crate) struct SparseRange {
     aliases: Vec<wgpu::Buffer>,
 }
 
-/// The Vulkan buffer, destroyed when the last wgpu wrapper of it is dropped by wgpu.
+/// The Vulkan buffer, destroyed when the last wgpu wrapper of it is dropped by wgpu and no
+/// [`RetiringRange`] holds it.
 struct RawSparseBuffer {
     device: ash::Device,
     raw: vk::Buffer,
@@ -61,6 +62,20 @@ fn wrap(
     // needs, has a non-zero size, and needs no initialization (the pool hands out
     // uninitialized memory, as it does from segments).
     unsafe { device.create_buffer_from_hal::<Vulkan>(hal_buffer, &descriptor) }
+}
+
+/// A released range's Vulkan buffer, kept until the binds into it have been applied
+/// (its wgpu wrappers are gone). Dropping it gives the buffer up.
+pub(crate) struct RetiringRange {
+    _raw: Arc<RawSparseBuffer>,
+    size: u64,
+}
+
+impl RetiringRange {
+    /// The range's size in bytes: the address space it holds.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
 }
 
 impl SparseRange {
@@ -159,6 +174,15 @@ impl SparseRange {
     /// The range's size in bytes.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Destroys the wgpu wrappers (wgpu keeps them until the work that used them has
+    /// finished) and returns what keeps the Vulkan buffer alive for pending binds.
+    pub fn retire(self) -> RetiringRange {
+        RetiringRange {
+            _raw: self.raw.clone(),
+            size: self.size,
+        }
     }
 }
 

@@ -9,8 +9,9 @@
 //!   first synchronization scope is every command submitted to wgpu's queue before it, so
 //!   the unbind, which waits for that value, runs only after the work that may still use the
 //!   pages has finished.
-//! - The CPU waits only where memory or a buffer is destroyed: before `vkFreeMemory` and
-//!   before a range's buffer is given up, for the binds that used them.
+//! - The CPU waits only before `vkFreeMemory`, for the binds that used the memory. A
+//!   released range's buffer is destroyed once the binds into it have been applied, which
+//!   the pool checks without waiting.
 
 use std::sync::Mutex;
 
@@ -121,6 +122,13 @@ impl Timelines {
         // SAFETY: a wait on this device's own semaphore.
         unsafe { raw.wait_semaphores(&info, u64::MAX) }
             .map_err(SparseError::vulkan("vkWaitSemaphores"))
+    }
+
+    /// The bind timeline's value now: every bind up to it has been applied. Does not block.
+    pub fn binds_applied(&self, raw: &ash::Device) -> Result<u64, SparseError> {
+        // SAFETY: a query of this device's own timeline semaphore.
+        unsafe { raw.get_semaphore_counter_value(self.binds) }
+            .map_err(SparseError::vulkan("vkGetSemaphoreCounterValue"))
     }
 
     /// Destroys both semaphores; the device must be idle.
