@@ -66,6 +66,11 @@ struct Run {
     wrappers_created: u64,
     /// Of `driver_time_s`: creating and releasing ranges and their wrappers.
     range_s: f64,
+    /// Time dropping the blocks still live after the last allocation.
+    drop_rest_s: f64,
+    /// The final wait for the GPU to finish everything submitted (in pages mode, work that
+    /// waits on the GPU for binds waits for them to be applied).
+    final_wait_s: f64,
     /// Where the pool's time went, operation by operation.
     ops: OpTimes,
 }
@@ -230,8 +235,12 @@ fn run_once(
             ops.add(("free", i), took, &before, &pool.device_memory_usage());
         }
     }
+    let began = Instant::now();
     drop(live);
+    let drop_rest = began.elapsed().as_secs_f64();
+    let began = Instant::now();
     gpu.wait_idle()?;
+    let final_wait = began.elapsed().as_secs_f64();
     let wall = start.elapsed().as_secs_f64();
     let usage = pool.device_memory_usage();
     Ok(Run {
@@ -252,6 +261,8 @@ fn run_once(
         ranges_released: usage.ranges_released,
         wrappers_created: usage.wrappers_created,
         range_s: usage.range_time.as_secs_f64(),
+        drop_rest_s: drop_rest,
+        final_wait_s: final_wait,
         ops: {
             ops.keep_slowest();
             ops
