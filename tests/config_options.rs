@@ -866,10 +866,16 @@ fn overflow_parses_and_the_engine_ignores_it() {
 // ---------------------------------------------------------------------------------------
 
 /// Each compact test sets all three knobs, so that it does not depend on their defaults.
+/// A segments-mode compact pool whose release budget is `budget` times the peak alone
+/// (`compact_recycle_rate:0`).
 fn compact(min_share: &str, slack: &str, budget: &str) -> Pool {
+    compact_with_rate(min_share, slack, budget, "0")
+}
+
+fn compact_with_rate(min_share: &str, slack: &str, budget: &str, rate: &str) -> Pool {
     Pool::new(&format!(
         "policy:compact,compact_min_share:{min_share},compact_reserved_slack:{slack},\
-         compact_release_budget:{budget}"
+         compact_release_budget:{budget},compact_recycle_rate:{rate}"
     ))
 }
 
@@ -922,7 +928,16 @@ fn compact_min_share_keeps_whole_segments_for_requests_that_fill_them() {
 /// 100 MiB (A, freed first) and 50 MiB (B, freed later) cached, then a 300 MiB request: the
 /// allocated peak becomes 300 MiB and reserved would reach 450 MiB.
 fn release_scenario(slack: &str, budget: &str) -> (Pool, Allocation, Allocation) {
-    let mut pool = compact("0", slack, budget);
+    release_scenario_with_rate(slack, budget, "0")
+}
+
+/// A (100 MiB) and B (50 MiB) cached whole, A freed first, then a 300 MiB request.
+fn release_scenario_with_rate(
+    slack: &str,
+    budget: &str,
+    rate: &str,
+) -> (Pool, Allocation, Allocation) {
+    let mut pool = compact_with_rate("0", slack, budget, rate);
     let a = pool.alloc(100 * MIB);
     let b = pool.alloc(50 * MIB);
     pool.free(a);
@@ -974,8 +989,27 @@ fn compact_release_budget_bounds_the_bytes_released() {
 }
 
 // ---------------------------------------------------------------------------------------
-// compact_recycle_rate (policy:compact in pages mode)
+// compact_recycle_rate
 // ---------------------------------------------------------------------------------------
+
+#[test]
+fn compact_recycle_rate_adds_to_the_release_budget_in_segments_mode() {
+    // Budget 0.3 of the 300 MiB peak is 90 MiB: alone it does not cover A (100 MiB), so
+    // only B goes and the pool still ends over the slack.
+    let (pool, _, _) = release_scenario_with_rate("0.2", "0.3", "0");
+    assert_eq!(pool.reserved(), 400 * MIB);
+    // Plus 0.1 of the 150 MiB requested before the 300 MiB request: 105 MiB covers A, and
+    // releasing A alone brings the pool under the slack.
+    let (mut pool, a, b) = release_scenario_with_rate("0.2", "0.3", "0.1");
+    assert_eq!(pool.stats().num_device_free, 1);
+    assert_eq!(pool.reserved(), 350 * MIB);
+    let again = pool.alloc(50 * MIB);
+    assert_eq!((again.segment, again.offset), (b.segment, 0));
+    assert_ne!(again.segment, a.segment);
+    // 0.05 of it (7.5 MiB) is not enough for A.
+    let (pool, _, _) = release_scenario_with_rate("0.2", "0.3", "0.05");
+    assert_eq!(pool.reserved(), 400 * MIB);
+}
 
 #[test]
 fn compact_recycle_rate_bounds_the_bytes_recycled_and_lowers_the_peak() {

@@ -72,3 +72,36 @@ fn the_default_holds_less_than_pytorch_on_random_mixes() {
         assert!(default.ratio < 1.02, "random mix {seed}: {default:?}");
     }
 }
+
+/// On a device without sparse binding the default places blocks in fixed segments; there it
+/// must still hold less than PyTorch's native allocator (which has fixed segments too).
+fn assert_segments_default_holds_less_than_pytorch(csv: &str, name: &str) -> ReplayReport {
+    let segments = run(csv, "expandable_segments:False");
+    assert_eq!(segments.mode, "segments", "{name}: {segments:?}");
+    let pytorch = run(csv, "policy:pytorch");
+    assert!(
+        segments.peak_reserved_bytes < pytorch.peak_reserved_bytes,
+        "{name}: the default on segments holds {} B ({:.4} of live), PyTorch {} B ({:.4})",
+        segments.peak_reserved_bytes,
+        segments.ratio,
+        pytorch.peak_reserved_bytes,
+        pytorch.ratio
+    );
+    segments
+}
+
+#[test]
+fn on_fixed_segments_the_default_holds_less_than_pytorch() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gpt2-train.csv");
+    let csv = std::fs::read_to_string(&path).unwrap();
+    assert_segments_default_holds_less_than_pytorch(&csv, "gpt2-train");
+    for seed in 1..=3 {
+        let (csv, _) = random_mix::random_mix(seed, 30_000, 2 * GIB);
+        let name = format!("random mix {seed}");
+        let segments = assert_segments_default_holds_less_than_pytorch(&csv, &name);
+        // Segments released and created again to stay near the peak are bounded by the
+        // release budget: 0.25 times the allocated peak plus `compact_recycle_rate` (0.1)
+        // times every byte requested.
+        assert!(segments.segments_released > 0, "{name}: {segments:?}");
+    }
+}

@@ -162,12 +162,13 @@ pub struct Config {
     /// `policy:compact`: reserved memory may exceed the allocated peak by this fraction before
     /// idle segments are released (`compact_reserved_slack`).
     pub compact_reserved_slack: f64,
-    /// `policy:compact`: most bytes released over the pool's life, as a multiple of the
-    /// allocated peak (`compact_release_budget`).
+    /// `policy:compact` in segments mode: most bytes released over the pool's life, as a
+    /// multiple of the allocated peak, before `compact_recycle_rate`'s share is added
+    /// (`compact_release_budget`).
     pub compact_release_budget: f64,
-    /// `policy:compact` in pages mode: bytes of idle pages that may be remapped, as a share of
-    /// the bytes requested over the pool's life, on top of a fixed budget
-    /// (`compact_recycle_rate`).
+    /// `policy:compact`: bytes of memory that may be recycled (idle pages remapped, or idle
+    /// segments released and created again), as a share of the bytes requested over the
+    /// pool's life, on top of a fixed budget (`compact_recycle_rate`).
     pub compact_recycle_rate: f64,
 }
 

@@ -386,9 +386,11 @@ pub const OPTIONS: &[OptionSpec] = &[
         key: "compact_release_budget",
         default: "0.25",
         allowed: "a number from 0 to 1000",
-        meaning: "`policy:compact` only. The most bytes released to stay under the slack, over \
-                  the pool's life, as a multiple of the allocated peak; bounds the cost of \
-                  re-creating segments. 0 never releases.",
+        meaning: "`policy:compact` in segments mode only. The most bytes released to stay \
+                  under the slack, over the pool's life, as a multiple of the allocated peak, \
+                  plus `compact_recycle_rate` times every byte requested so far; bounds the \
+                  cost of re-creating segments. 0 (with `compact_recycle_rate:0`) never \
+                  releases.",
         apply: |c, v| {
             c.compact_release_budget = parse_f64_within(v.scalar()?, 0.0..=1000.0)?;
             Ok(())
@@ -399,12 +401,16 @@ pub const OPTIONS: &[OptionSpec] = &[
         key: "compact_recycle_rate",
         default: "0.1",
         allowed: "a number from 0 to 100",
-        meaning: "`policy:compact` in pages mode only. Idle pages are unmapped and their memory \
-                  mapped where a request goes, instead of new memory, while the bytes mapped \
-                  over the pool's life stay under 2.5 times the peak of live memory plus this \
-                  share of every byte requested so far; past that, new memory is mapped. 0 \
-                  keeps the fixed budget alone. Higher values hold less memory on workloads \
-                  whose live set keeps changing shape, at more binds.",
+        meaning: "`policy:compact`. The share of every byte requested so far that may be \
+                  spent recycling memory, on top of a fixed budget. In pages mode idle pages \
+                  are unmapped and their memory mapped where a request goes, instead of new \
+                  memory, while the bytes mapped over the pool's life stay under 2.5 times the \
+                  peak of live memory plus this share; past that, new memory is mapped. In \
+                  segments mode idle segments are released to stay under \
+                  `compact_reserved_slack` while the bytes released stay under \
+                  `compact_release_budget` times the allocated peak plus this share. 0 keeps \
+                  the fixed budgets alone. Higher values hold less memory on workloads whose \
+                  live set keeps changing shape, at more binds or more segments created.",
         apply: |c, v| {
             c.compact_recycle_rate = parse_f64_within(v.scalar()?, 0.0..=100.0)?;
             Ok(())

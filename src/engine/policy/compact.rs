@@ -19,8 +19,11 @@
 //!    peak of allocated memory, cached whole segments are released, least recently freed
 //!    first. Re-creating released segments costs time (about 17.5 ms per GiB on an H200 for
 //!    buffers of 256 MiB and more), so the bytes released over the pool's life are capped at
-//!    `compact_release_budget` (default 0.25) times the allocated peak; the budget grows with
-//!    the peak. Once it is spent the pool grows instead.
+//!    `compact_release_budget` (default 0.25) times the allocated peak plus
+//!    `compact_recycle_rate` (default 0.1) times every byte requested so far; the budget
+//!    grows with the peak and with the work done, so that a workload whose live set keeps
+//!    changing shape keeps releasing at a bounded share of what it allocates. Once it is
+//!    spent the pool grows instead.
 //! 3. **Round segments up while shapes drift.** A request of [`DRIFT_MIN_SIZE`] or more that
 //!    misses while an idle whole segment of at least 3/4 of its size is cached (varying
 //!    sequence lengths, say) gets a segment rounded up to the next quarter step between
@@ -108,10 +111,13 @@ fn reserved_limit(state: &EngineState, rounded: u64) -> (u64, u64) {
 }
 
 /// The release budget left for an allocated peak of `peak` bytes, of which `released` were
-/// spent.
+/// spent: `compact_release_budget` times the peak, plus `compact_recycle_rate` times every
+/// byte requested so far.
 fn budget_left(state: &EngineState, released: u64, peak: u64) -> u64 {
-    let budget = (peak as f64 * state.config.compact_release_budget) as u64;
-    budget.saturating_sub(released)
+    let config = &state.config;
+    let budget = peak as f64 * config.compact_release_budget
+        + state.lifetime_requested_total as f64 * config.compact_recycle_rate;
+    (budget as u64).saturating_sub(released)
 }
 
 /// Whether a new segment for `rounded` bytes fits under the limit, possibly after releasing
