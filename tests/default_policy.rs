@@ -31,21 +31,31 @@ const OTHERS: [&str; 3] = [
     "expandable_segments:False",
 ];
 
+/// Asserts that `ours` (the replay under `our_conf`) held strictly less at its peak than
+/// `other` (under `other_conf`), on the same live memory.
+fn assert_holds_less(
+    name: &str,
+    (ours, our_conf): (&ReplayReport, &str),
+    other_conf: &str,
+    other: &ReplayReport,
+) {
+    assert_eq!(other.peak_live_bytes, ours.peak_live_bytes, "{name}");
+    assert!(
+        ours.peak_reserved_bytes < other.peak_reserved_bytes,
+        "{name}: `{our_conf}` holds {} B ({:.4} of live), `{other_conf}` {} B ({:.4})",
+        ours.peak_reserved_bytes,
+        ours.ratio,
+        other.peak_reserved_bytes,
+        other.ratio
+    );
+}
+
 fn assert_default_holds_least(csv: &str, name: &str) -> ReplayReport {
     let default = run(csv, "");
     assert_eq!(default.mode, "pages", "{name}: {default:?}");
     assert_eq!(default.num_ooms, 0, "{name}: {default:?}");
     for conf in OTHERS {
-        let other = run(csv, conf);
-        assert_eq!(other.peak_live_bytes, default.peak_live_bytes, "{name}");
-        assert!(
-            default.peak_reserved_bytes < other.peak_reserved_bytes,
-            "{name}: the default holds {} B ({:.4} of live), `{conf}` {} B ({:.4})",
-            default.peak_reserved_bytes,
-            default.ratio,
-            other.peak_reserved_bytes,
-            other.ratio
-        );
+        assert_holds_less(name, (&default, "the default"), conf, &run(csv, conf));
     }
     default
 }
@@ -76,17 +86,11 @@ fn the_default_holds_less_than_pytorch_on_random_mixes() {
 /// On a device without sparse binding the default places blocks in fixed segments; there it
 /// must still hold less than PyTorch's native allocator (which has fixed segments too).
 fn assert_segments_default_holds_less_than_pytorch(csv: &str, name: &str) -> ReplayReport {
-    let segments = run(csv, "expandable_segments:False");
+    let conf = "expandable_segments:False";
+    let segments = run(csv, conf);
     assert_eq!(segments.mode, "segments", "{name}: {segments:?}");
-    let pytorch = run(csv, "policy:pytorch");
-    assert!(
-        segments.peak_reserved_bytes < pytorch.peak_reserved_bytes,
-        "{name}: the default on segments holds {} B ({:.4} of live), PyTorch {} B ({:.4})",
-        segments.peak_reserved_bytes,
-        segments.ratio,
-        pytorch.peak_reserved_bytes,
-        pytorch.ratio
-    );
+    let pytorch = "policy:pytorch";
+    assert_holds_less(name, (&segments, conf), pytorch, &run(csv, pytorch));
     segments
 }
 
