@@ -717,6 +717,10 @@ impl PagedMemory {
             let start = Instant::now();
             let _ = self.sparse.wait_for_binds();
             self.counters.unmap_wait_time += start.elapsed();
+            // Every bind is applied now: released ranges' buffers can go too.
+            let start = Instant::now();
+            self.sparse.retire_applied();
+            self.counters.range_time += start.elapsed();
         }
         self.chunks.release_idle(&self.sparse, bytes)
     }
