@@ -57,7 +57,8 @@ struct Run {
     wrapper_orderings: u64,
     /// CPU time of those orderings, in seconds.
     ordering_s: f64,
-    /// CPU waits for the GPU before pages were unmapped or chunks freed, in seconds.
+    /// CPU waits for the GPU before pages were unmapped, and for pending binds before
+    /// chunks were freed or ranges released, in seconds.
     unmap_wait_s: f64,
     allocations: u64,
     frees: u64,
@@ -83,8 +84,9 @@ struct OpTimes {
     alloc_s: f64,
     free_s: f64,
     unaccounted_s: f64,
-    /// Operations during which the memory layer did nothing (a cache hit or a placement
-    /// in memory already mapped).
+    /// Operations with no bind, range or wrapper: in pages mode a cache hit, a placement in
+    /// memory already mapped, or an ordering; with segments every operation, the ones that
+    /// create or destroy a buffer included.
     quiet: OpClass,
     /// Operations with a bind, and no range or wrapper made.
     bind: OpClass,
