@@ -262,11 +262,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             })?;
     }
     if args.json {
-        let json = serde_json::to_string_pretty(&report).map_err(|e| Failure {
-            message: format!("cannot encode the report: {e}"),
-            exit_code: 1,
-        })?;
-        output::println(&json)?;
+        output::print_json(&report, "report")?;
     } else {
         let mut text = table::render(&report);
         text.push_str(&format!(

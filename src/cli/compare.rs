@@ -88,11 +88,7 @@ pub fn run(
         rows,
     };
     if json {
-        let text = serde_json::to_string_pretty(&comparison).map_err(|e| Failure {
-            message: format!("cannot encode the comparison: {e}"),
-            exit_code: 1,
-        })?;
-        return output::println(&text);
+        return output::print_json(&comparison, "comparison");
     }
     output::print(&table(&comparison))
 }

@@ -222,11 +222,7 @@ pub fn run(args: InfoArgs) -> Result<(), Failure> {
     }
     if args.json {
         let report = InfoReport { adapters: reports };
-        let json = serde_json::to_string_pretty(&report).map_err(|e| Failure {
-            message: format!("cannot encode the report: {e}"),
-            exit_code: 1,
-        })?;
-        return output::println(&json);
+        return output::print_json(&report, "report");
     }
     let mut text = String::new();
     for (n, report) in reports.iter().enumerate() {

@@ -27,3 +27,13 @@ pub fn print(text: &str) -> Result<(), Failure> {
 pub fn println(text: &str) -> Result<(), Failure> {
     print(&format!("{text}\n"))
 }
+
+/// Writes `value` as pretty-printed JSON and a newline; `what` names it in the error if it
+/// cannot be encoded.
+pub fn print_json<T: serde::Serialize>(value: &T, what: &str) -> Result<(), Failure> {
+    let json = serde_json::to_string_pretty(value).map_err(|e| Failure {
+        message: format!("cannot encode the {what}: {e}"),
+        exit_code: 1,
+    })?;
+    println(&json)
+}

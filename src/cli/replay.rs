@@ -158,11 +158,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
             })?;
     }
     if args.json {
-        let json = serde_json::to_string_pretty(&report).map_err(|e| Failure {
-            message: format!("cannot encode the report: {e}"),
-            exit_code: 1,
-        })?;
-        return output::println(&json);
+        return output::print_json(&report, "report");
     }
     output::print(&text_report(&args.file, trace.format.name(), &report))
 }

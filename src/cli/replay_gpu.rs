@@ -26,11 +26,7 @@ pub fn run(
         exit_code: 1,
     })?;
     if json {
-        let text = serde_json::to_string_pretty(&report).map_err(|e| Failure {
-            message: format!("cannot encode the report: {e}"),
-            exit_code: 1,
-        })?;
-        return output::println(&text);
+        return output::print_json(&report, "report");
     }
     output::print(&text_report(file, &report))
 }
