@@ -44,7 +44,8 @@ pub(crate) struct EngineState {
     /// Peak of requested bytes over the engine's life (`reset_peak_stats` leaves it).
     pub lifetime_requested_peak: u64,
     /// Requested bytes of every allocation over the engine's life (no statistics reset
-    /// clears it): what pages mode's recycling budget grows with.
+    /// clears it): what the recycling budgets of `policy:compact` grow with, in both modes
+    /// (`compact_recycle_rate`).
     pub lifetime_requested_total: u64,
     /// Whether the engine runs in pages mode: every segment is an address range with pages
     /// mapped where blocks live.
