@@ -19,3 +19,25 @@ pub fn bytes(n: u64) -> String {
     }
     format!("{value:.2} {}", UNITS[unit])
 }
+
+/// A count with its noun in the right number: `1 block`, `3 blocks`, `0 blocks`.
+///
+/// ```
+/// assert_eq!(wgpool::format::count(1, "block", "blocks"), "1 block");
+/// assert_eq!(wgpool::format::count(2, "block", "blocks"), "2 blocks");
+/// ```
+pub fn count(n: u64, singular: &str, plural: &str) -> String {
+    format!("{n} {}", if n == 1 { singular } else { plural })
+}
+
+/// A user-given text (a block label) quoted for a one-line message: in double quotes, with
+/// quotes, backslashes, newlines and other control characters escaped as in Rust literals, so
+/// that a label cannot break a line of a report or pass for report text.
+///
+/// ```
+/// assert_eq!(wgpool::format::quoted("weights"), "\"weights\"");
+/// assert_eq!(wgpool::format::quoted("a\"b\nc"), r#""a\"b\nc""#);
+/// ```
+pub fn quoted(text: &str) -> String {
+    format!("{text:?}")
+}

@@ -70,6 +70,7 @@ pub mod config;
 // The engine denies `unsafe` itself, except one audited cache-preload helper.
 #[allow(unsafe_code)]
 pub mod engine;
+mod error_debug;
 pub mod format;
 pub mod gpu;
 pub mod history;

@@ -121,14 +121,14 @@ impl MemoryReading {
         }
         if let Some(pool) = &self.pool {
             out.push_str(&format!(
-                "  pool: allocated {} (peak {}), reserved {} (peak {}), {} segments, {} blocks, {} OOMs\n",
+                "  pool: allocated {} (peak {}), reserved {} (peak {}), {}, {}, {}\n",
                 bytes(pool.allocated_bytes),
                 bytes(pool.peak_allocated_bytes),
                 bytes(pool.reserved_bytes),
                 bytes(pool.peak_reserved_bytes),
-                pool.segments,
-                pool.blocks,
-                pool.num_ooms
+                crate::format::count(pool.segments, "segment", "segments"),
+                crate::format::count(pool.blocks, "block", "blocks"),
+                crate::format::count(pool.num_ooms, "OOM", "OOMs")
             ));
         }
         out

@@ -376,8 +376,7 @@ fn f16_copy_and_triad_match_the_cpu_when_the_device_has_shader_f16() {
                 Operand::new(&shared, 0, 64),
                 Operand::new(&shared, 512, 64),
             ))
-            .err()
-            .expect("f16 without SHADER_F16 must be refused");
+            .expect_err("f16 without SHADER_F16 must be refused");
         assert!(matches!(err, KernelError::Unsupported { .. }), "{err}");
         eprintln!(
             "note: {} has no SHADER_F16; checked the refusal only",
@@ -442,8 +441,7 @@ fn bad_operands_are_refused_with_errors_naming_the_operand() {
 
     let err = kernels
         .prepare(&KernelCall::copy(Dtype::F32, op(4, 64), op(4096, 64)))
-        .err()
-        .expect("misaligned");
+        .expect_err("misaligned");
     assert!(
         matches!(
             err,
@@ -459,8 +457,7 @@ fn bad_operands_are_refused_with_errors_naming_the_operand() {
 
     let err = kernels
         .prepare(&KernelCall::copy(Dtype::F32, op(0, 62), op(4096, 62)))
-        .err()
-        .expect("size");
+        .expect_err("size");
     assert!(
         matches!(
             err,
@@ -474,8 +471,7 @@ fn bad_operands_are_refused_with_errors_naming_the_operand() {
 
     let err = kernels
         .prepare(&KernelCall::copy(Dtype::F32, op(0, 64), op(8192, 64)))
-        .err()
-        .expect("range");
+        .expect_err("range");
     assert!(
         matches!(err, KernelError::OutOfRange { role: "c", .. }),
         "{err}"
@@ -483,8 +479,7 @@ fn bad_operands_are_refused_with_errors_naming_the_operand() {
 
     let err = kernels
         .prepare(&KernelCall::add(op(0, 64), op(512, 128), op(4096, 64)))
-        .err()
-        .expect("sizes");
+        .expect_err("sizes");
     assert!(
         matches!(err, KernelError::SizeMismatch { role: "b", .. }),
         "{err}"
@@ -492,8 +487,7 @@ fn bad_operands_are_refused_with_errors_naming_the_operand() {
 
     let err = kernels
         .prepare(&KernelCall::move_bytes(op(0, 1024), op(512, 1024)))
-        .err()
-        .expect("overlap");
+        .expect_err("overlap");
     assert!(
         matches!(
             err,
@@ -508,14 +502,12 @@ fn bad_operands_are_refused_with_errors_naming_the_operand() {
 
     let err = kernels
         .prepare(&KernelCall::move_bytes(op(0, 1024), op(0, 1024)))
-        .err()
-        .expect("same range");
+        .expect_err("same range");
     assert!(matches!(err, KernelError::Overlap { .. }), "{err}");
 
     let err = kernels
         .prepare(&KernelCall::scale(op(0, 1024), 2.0, op(512, 1024)))
-        .err()
-        .expect("partial overlap");
+        .expect_err("partial overlap");
     assert!(
         matches!(
             err,
@@ -536,8 +528,7 @@ fn bad_operands_are_refused_with_errors_naming_the_operand() {
             1.0,
             op(1024, 64),
         ))
-        .err()
-        .expect("dtype");
+        .expect_err("dtype");
     assert!(
         matches!(
             err,
@@ -558,8 +549,7 @@ fn bad_operands_are_refused_with_errors_naming_the_operand() {
     });
     let err = kernels
         .prepare(&KernelCall::fill(Operand::whole(&uniform_only), 0))
-        .err()
-        .expect("usage");
+        .expect_err("usage");
     assert!(
         matches!(err, KernelError::MissingUsage { role: "dst", .. }),
         "{err}"
@@ -567,8 +557,7 @@ fn bad_operands_are_refused_with_errors_naming_the_operand() {
 
     let err = kernels
         .prepare(&KernelCall::checksum(op(0, 64), op(32, 4)))
-        .err()
-        .expect("result overlap");
+        .expect_err("result overlap");
     assert!(
         matches!(
             err,
@@ -588,8 +577,7 @@ fn bad_operands_are_refused_with_errors_naming_the_operand() {
             max_workgroups: None,
         },
     )
-    .err()
-    .expect("tiny window");
+    .expect_err("tiny window");
     assert!(
         matches!(
             err,

@@ -54,7 +54,7 @@ fn allocations_over_a_full_cap_overflow_to_host_and_kernels_still_work() {
     );
     assert!(
         pool.memory_summary()
-            .contains("1 requests were served from host memory")
+            .contains("1 request was served from host memory")
     );
     let device = pool.memory_stats();
     let host = pool.host_memory_stats().expect("host memory in use");

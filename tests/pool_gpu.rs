@@ -107,6 +107,18 @@ fn reuse_after_free_follows_submission_order_in(conf: &str, mode: MemoryMode) {
     // The copy is submitted: say so, and A's memory may go to the next block at once.
     pool.mark_submitted();
     drop(a);
+    // ... once the prepared copy, which could be recorded again and still binds A's memory,
+    // is gone too.
+    let meanwhile = pool.alloc(size).unwrap();
+    assert_ne!(
+        (meanwhile.buffer(), meanwhile.offset()),
+        (&buffer, offset),
+        "a live prepared kernel keeps A's memory"
+    );
+    assert_eq!(pool.referenced_bytes(), size);
+    drop(meanwhile); // exposed by buffer() above: held until this thread's next submit
+    drop(copy);
+    assert_eq!(pool.referenced_bytes(), 0);
     // The next block of the same size takes A's memory at once, and is overwritten.
     let b = pool.alloc(size).unwrap();
     assert_eq!(
@@ -638,7 +650,10 @@ fn a_block_dropped_before_its_commands_are_submitted_keeps_its_bytes_for_them_in
                 );
                 assert_eq!(got, original, "the recorded copy read A's bytes");
                 assert_eq!(pool.held_bytes(), capacity);
-                assert!(pool.memory_summary().contains("wait for Pool::submit"));
+                assert!(
+                    pool.memory_summary()
+                        .contains("wait for their recorded commands to be submitted")
+                );
                 pool.mark_submitted();
                 assert_eq!(pool.held_bytes(), 0);
                 let c = pool.alloc(size).unwrap();
@@ -854,13 +869,9 @@ fn a_block_never_binds_bytes_outside_itself() {
     let layout = pipeline.get_bind_group_layout(0);
     // Every window the block hands out, the whole capacity included: the kernel writes all
     // of it and no byte of the neighbour.
-    for window in [
-        a.binding().unwrap(),
-        a.binding_range(0, a.capacity()).unwrap(),
-        a.binding_range(512, 4).unwrap(),
-    ] {
+    for (start, size) in [(0, a.bound_size()), (0, a.capacity()), (512, 4)] {
         let group = BlockBindings::new()
-            .window(0, BindingAccess::ReadWrite, window)
+            .window(0, BindingAccess::ReadWrite, &a, start, size)
             .create_bind_group(device, &layout)
             .unwrap();
         let mut encoder = device.create_command_encoder(&Default::default());
@@ -1167,35 +1178,12 @@ fn shortcuts_and_a_cap_set_at_run_time() {
     assert_eq!(pool.max_memory_allocated(), 0);
 }
 
-/// A `log` sink for the leak report.
-struct Captured(std::sync::Mutex<Vec<String>>);
-
-impl log::Log for Captured {
-    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Warn
-    }
-    fn log(&self, record: &log::Record<'_>) {
-        self.0.lock().unwrap().push(record.args().to_string());
-    }
-    fn flush(&self) {}
-}
-
-fn captured_log() -> &'static Captured {
-    static LOG: std::sync::OnceLock<&'static Captured> = std::sync::OnceLock::new();
-    LOG.get_or_init(|| {
-        let sink: &'static Captured = Box::leak(Box::new(Captured(Default::default())));
-        log::set_logger(sink).expect("the only logger of this test binary");
-        log::set_max_level(log::LevelFilter::Warn);
-        sink
-    })
-}
-
 /// Issue 14, item 3: a label per allocation, in the snapshot, the summary and the leak
 /// report, which the pool logs when its last handle drops with blocks still allocated.
 #[test]
 fn labels_name_blocks_in_the_snapshot_the_summary_and_the_leak_report() {
     let gpu = common::gpu();
-    let log = captured_log();
+    let log = common::captured_log();
     let options = PoolOptions::default()
         .with_label("labelled pool")
         .with_log_leaks(true);
@@ -1220,26 +1208,29 @@ fn labels_name_blocks_in_the_snapshot_the_summary_and_the_leak_report() {
     assert_eq!(labelled(&plain), None);
     let summary = pool.memory_summary();
     assert!(
-        summary.contains("activations: 2 blocks, 2.00 KiB"),
+        summary.contains("\"activations\": 2 blocks, 2.00 KiB"),
         "{summary}"
     );
-    assert!(summary.contains("weights: 1 blocks, 4.00 KiB"), "{summary}");
+    assert!(
+        summary.contains("\"weights\": 1 block, 4.00 KiB"),
+        "{summary}"
+    );
     // A move keeps the label; a drop removes the block from the report.
     pool.offload(&mut second).unwrap();
     assert_eq!(second.label(), Some("activations"));
     drop(first);
     let report = pool.leak_report().expect("blocks are allocated");
     for needle in [
-        "3 blocks",
-        "activations: 1 (1.00 KiB)",
-        "weights: 1 (4.00 KiB)",
-        "unlabelled: 1 (512 B)",
+        "3 blocks (5.50 KiB) are still allocated",
+        "\"activations\": 1 block (1.00 KiB)",
+        "\"weights\": 1 block (4.00 KiB)",
+        "unlabelled: 1 block (512 B)",
     ] {
         assert!(report.contains(needle), "report lacks `{needle}`: {report}");
     }
     // The last handle goes while blocks live on: the report is logged, naming the pool.
     drop(pool);
-    let logged = log.0.lock().unwrap().clone();
+    let logged = log.lines();
     assert!(
         logged
             .iter()

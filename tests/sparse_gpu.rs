@@ -879,11 +879,7 @@ fn a_block_over_the_binding_limit_works_through_windows_in_pages_mode() {
     let pipeline = common::fill_ones_pipeline(device);
     let layout = pipeline.get_bind_group_layout(0);
     let group = BlockBindings::new()
-        .window(
-            0,
-            BindingAccess::ReadWrite,
-            big.binding_range(limit, tail).unwrap(),
-        )
+        .window(0, BindingAccess::ReadWrite, &big, limit, tail)
         .create_bind_group(device, &layout)
         .unwrap();
     let mut encoder = device.create_command_encoder(&Default::default());

@@ -106,7 +106,10 @@ impl std::fmt::Display for OutOfMemory {
         if let Some(held) = self.held_for_submission.filter(|&held| held > 0) {
             write!(
                 f,
-                "{} of the allocated bytes are dropped blocks waiting for their recorded                  commands to be submitted: submit through Pool::submit, or call                  Pool::mark_submitted after queue.submit, to free them. ",
+                "{} of the allocated bytes are dropped blocks waiting for their recorded \
+                 commands to be submitted: submit through Pool::submit, or call \
+                 Pool::mark_submitted after queue.submit, on the thread that recorded them \
+                 (or Pool::mark_all_submitted), to free them. ",
                 bytes(held)
             )?;
         }
@@ -121,13 +124,18 @@ impl std::fmt::Display for OutOfMemory {
             match self.kind {
                 SegmentKind::Large => write!(
                     f,
-                    "The segment size is what does not fit: {} would fit under the cap, but a                      large request under 10 MiB gets a new segment of {}                      (large_segment_size_mb); lower large_segment_size_mb (at least 10) or                      raise the cap. ",
+                    "The segment size is what does not fit: {} would fit under the cap, but a \
+                     large request under 10 MiB gets a new segment of {} \
+                     (large_segment_size_mb); lower large_segment_size_mb (at least 10) or \
+                     raise the cap. ",
                     bytes(self.rounded),
                     bytes(self.segment_size)
                 )?,
                 SegmentKind::Small => write!(
                     f,
-                    "The segment size is what does not fit: {} would fit under the cap, but                      requests of at most 1 MiB share small-pool segments of {}; raise the cap                      by that much. ",
+                    "The segment size is what does not fit: {} would fit under the cap, but \
+                     requests of at most 1 MiB share small-pool segments of {}; raise the cap \
+                     by that much. ",
                     bytes(self.rounded),
                     bytes(self.segment_size)
                 )?,
@@ -159,7 +167,7 @@ impl std::error::Error for OutOfMemory {
 }
 
 /// Why an allocation failed.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum AllocError {
     /// A request of zero bytes.
@@ -187,10 +195,28 @@ pub enum AllocError {
     /// error, a lost device). The cache was not released and nothing was retried.
     #[error("the segment source failed: {0}")]
     Source(#[source] SourceError),
+    /// A wgpu pool refuses allocations while more bytes of dropped blocks wait for a
+    /// submission point than its held limit allows (`HeldLimitAction::Error`).
+    #[error(
+        "{} of dropped blocks wait for their recorded commands to be submitted, over the \
+         pool's held limit of {}; no allocation is served until a submission point frees \
+         them. Submit through Pool::submit, or call Pool::mark_submitted (or \
+         wgpool::pool::mark_submitted(&device)) after queue.submit, on the thread that \
+         recorded them; if another thread submits its command buffers, hand the recording \
+         over with Pool::take_recording, or call Pool::mark_all_submitted",
+        bytes(*held),
+        bytes(*limit)
+    )]
+    HeldForSubmission {
+        /// Bytes held back.
+        held: u64,
+        /// The pool's held limit.
+        limit: u64,
+    },
 }
 
 /// Why an engine could not be created.
-#[derive(Debug, Clone, PartialEq, Error)]
+#[derive(Clone, PartialEq, Error)]
 #[non_exhaustive]
 pub enum EngineError {
     /// The cap cannot be computed from the configuration and the limits.
@@ -234,7 +260,7 @@ impl std::fmt::Display for SizeLimit {
 }
 
 /// Why a free failed. The engine is unchanged.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum FreeError {
     /// The block is not live: freed already, or never handed out by this engine.
@@ -243,3 +269,5 @@ pub enum FreeError {
     )]
     NotLive(BlockId),
 }
+
+crate::error_debug::debug_as_message!(AllocError, EngineError, FreeError);

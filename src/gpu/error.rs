@@ -3,7 +3,7 @@
 /// Why a headless [`GpuContext`](super::GpuContext) could not be opened.
 ///
 /// Every variant's message says what was wrong and, where there is one, what to do about it.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum GpuError {
     /// The instance found no adapter at all on the enabled backends.
     #[error(
@@ -65,3 +65,5 @@ pub enum GpuError {
         source: super::sparse::SparseError,
     },
 }
+
+crate::error_debug::debug_as_message!(GpuError);

@@ -12,6 +12,9 @@ mod adapter_summary;
 mod context;
 mod error;
 mod error_log;
+// Audited: one hal borrow to read a device's address.
+#[allow(unsafe_code)]
+mod identity;
 // Audited: Vulkan property queries through wgpu-hal, each with its SAFETY comment.
 #[allow(unsafe_code)]
 mod memory;
@@ -27,4 +30,6 @@ pub use context::{
 };
 pub use error::GpuError;
 pub use error_log::{ErrorLog, error_text};
+pub(crate) use identity::DeviceKey;
+pub use identity::same_device;
 pub use memory::{DeviceMemoryInfo, MemoryHeap};

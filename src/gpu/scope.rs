@@ -4,7 +4,7 @@
 use super::error_log::error_text;
 
 /// A wgpu error caught by [`catch`].
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CaughtError {
     /// The device ran out of memory.
     #[error("out of device memory: {0}")]
@@ -48,3 +48,5 @@ pub fn catch<T>(device: &wgpu::Device, work: impl FnOnce() -> T) -> Result<T, Ca
         None => Ok(value),
     }
 }
+
+crate::error_debug::debug_as_message!(CaughtError);

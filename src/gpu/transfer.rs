@@ -9,7 +9,7 @@ use super::scope::{CaughtError, catch};
 const CHUNK_BYTES: u64 = 64 << 20;
 
 /// Why an upload or readback failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum TransferError {
     /// Offset or size are not multiples of 4 bytes.
     #[error(
@@ -174,3 +174,5 @@ pub fn map_read_into(
     buffer.unmap();
     Ok(())
 }
+
+crate::error_debug::debug_as_message!(TransferError);

@@ -24,7 +24,7 @@ use super::{Action, Event, History};
 use crate::engine::{SegmentKind, SegmentSnapshot};
 
 /// A snapshot that could not be written.
-#[derive(Debug, Error)]
+#[derive(Error)]
 pub enum SnapshotError {
     /// Encoding the pickle failed.
     #[error("cannot encode the snapshot pickle: {0}")]
@@ -270,3 +270,5 @@ pub fn write_torch_snapshot(path: &Path, snapshot: &TorchSnapshot) -> Result<(),
         source,
     })
 }
+
+crate::error_debug::debug_as_message!(SnapshotError);

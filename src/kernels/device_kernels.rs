@@ -261,6 +261,12 @@ impl Kernels {
                 params: params_buffer,
                 clear: call.result.map(|r| (r.buffer.clone(), r.offset)),
                 operand_bytes: size,
+                blocks: data
+                    .iter()
+                    .map(|(_, operand)| operand)
+                    .chain(call.result.as_ref())
+                    .filter_map(|operand| operand.block().map(|block| block.reference()))
+                    .collect(),
             }
         })
         .map_err(KernelError::from)
@@ -374,6 +380,7 @@ impl Kernels {
             data.push((name, output));
         }
         for &(role, operand) in &data {
+            self.check_device(role, operand)?;
             self.check_placement(role, operand, wgpu::BufferUsages::STORAGE, "STORAGE")?;
             if operand.size % 4 != 0 {
                 return Err(KernelError::BadSize {
@@ -424,6 +431,7 @@ impl Kernels {
             let Some(result) = call.result else {
                 return Err(KernelError::ResultTooSmall { size: 0 });
             };
+            self.check_device("result", result)?;
             self.check_placement(
                 "result",
                 result,
@@ -445,6 +453,14 @@ impl Kernels {
             }
         }
         Ok(data)
+    }
+
+    /// Refuses an operand made from a block of a pool on another device.
+    fn check_device(&self, role: &'static str, operand: Operand<'_>) -> Result<(), KernelError> {
+        match operand.block() {
+            Some(block) if !block.is_on(&self.device) => Err(KernelError::ForeignDevice { role }),
+            _ => Ok(()),
+        }
     }
 
     fn check_placement(
@@ -582,6 +598,16 @@ fn layout_entries(kernel: Kernel, access: Access) -> Vec<wgpu::BindGroupLayoutEn
         ));
     }
     entries
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernels")
+            .field("window_bytes", &self.window_bytes)
+            .field("max_workgroups", &self.max_workgroups)
+            .field("offset_alignment", &self.storage_alignment)
+            .finish()
+    }
 }
 
 /// `Kernels` is shared across threads by the pool.

@@ -5,8 +5,18 @@ use crate::gpu::transfer::TransferError;
 
 /// A kernel call that was refused, or failed on the device. Messages name the operand
 /// (by its role in the kernel: `a`, `dst`, `result`, ...) and what is allowed.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
+#[non_exhaustive]
 pub enum KernelError {
+    /// An operand is a block of a pool on another device than the kernels'.
+    #[error(
+        "operand {role} is a block of a pool on another device; kernels run only on blocks of \
+         pools on the device they were built for (Kernels::new)"
+    )]
+    ForeignDevice {
+        /// The operand's role.
+        role: &'static str,
+    },
     /// The device lacks a feature the kernel needs.
     #[error("kernel {kernel} needs device features {missing} that this device does not have")]
     Unsupported {
@@ -131,3 +141,5 @@ pub enum KernelError {
     #[error(transparent)]
     Transfer(#[from] TransferError),
 }
+
+crate::error_debug::debug_as_message!(KernelError);

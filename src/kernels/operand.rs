@@ -1,12 +1,18 @@
-//! A kernel operand: a byte range of a buffer.
+//! A kernel operand: a byte range of a buffer, or of a pool block.
+
+use crate::pool::Block;
 
 /// A byte range `offset..offset + size` of a buffer that a kernel reads or writes.
 ///
-/// Pool blocks are operands at non-zero offsets inside shared segment buffers. For a kernel:
-/// `offset` must be a multiple of the device's `min_storage_buffer_offset_alignment`, `size`
-/// a multiple of 4 bytes, the range must lie inside the buffer, and the buffer needs
-/// `STORAGE` usage. Operands larger than the device's storage binding limit are fine: the
-/// kernel is split into several dispatches.
+/// Pool blocks are operands at non-zero offsets inside shared segment buffers
+/// ([`Block::operand`]). For a kernel: `offset` must be a multiple of the device's
+/// `min_storage_buffer_offset_alignment`, `size` a multiple of 4 bytes, the range must lie
+/// inside the buffer, and the buffer needs `STORAGE` usage. Operands larger than the device's
+/// storage binding limit are fine: the kernel is split into several dispatches.
+///
+/// An operand made from a block remembers it: kernels then check that the block's pool is on
+/// their device, and a [`PreparedKernel`](super::PreparedKernel) keeps the block's memory
+/// (a [`BlockRef`](crate::pool::BlockRef)) for as long as it can be recorded.
 #[derive(Clone, Copy, Debug)]
 pub struct Operand<'a> {
     /// The buffer holding the operand.
@@ -15,6 +21,25 @@ pub struct Operand<'a> {
     pub offset: u64,
     /// Length of the operand, in bytes.
     pub size: u64,
+    /// The block the operand was made from, if any.
+    pub(crate) block: Option<&'a Block>,
+}
+
+impl Block {
+    /// The block as a kernel operand of `bound_size()` bytes. Kernels split operands larger
+    /// than the binding limit into windows themselves.
+    ///
+    /// Counts as exposing the block (see [`FreeTiming`](crate::pool::FreeTiming)).
+    pub fn operand(&self) -> Operand<'_> {
+        self.expose();
+        let (buffer, offset) = self.place();
+        Operand {
+            buffer,
+            offset,
+            size: self.bound_size(),
+            block: Some(self),
+        }
+    }
 }
 
 impl<'a> Operand<'a> {
@@ -24,7 +49,13 @@ impl<'a> Operand<'a> {
             buffer,
             offset,
             size,
+            block: None,
         }
+    }
+
+    /// The block the operand was made from, if it was made by [`Block::operand`].
+    pub fn block(&self) -> Option<&'a Block> {
+        self.block
     }
 
     /// The whole buffer.

@@ -1,6 +1,7 @@
 //! [`PreparedKernel`]: a checked kernel call with its bind groups, recordable many times.
 
 use super::kernel::{Access, Kernel};
+use crate::pool::BlockRef;
 
 pub(super) struct Window {
     pub(super) bind_group: wgpu::BindGroup,
@@ -10,7 +11,11 @@ pub(super) struct Window {
 /// A kernel call that passed every check, with one bind group per binding window and its
 /// parameters on the device. Recording it allocates nothing, so it is what benchmarks time.
 ///
-/// It keeps the operands' buffers alive (bind groups hold them).
+/// It keeps the operands' buffers alive (bind groups hold them), and the memory of operands
+/// made from pool blocks ([`Block::operand`](crate::pool::Block::operand)) from reuse while
+/// it lives: recording it again after such a block is dropped is safe, and recording it
+/// counts as exposing those blocks on the calling thread (see
+/// [`FreeTiming`](crate::pool::FreeTiming)).
 pub struct PreparedKernel {
     pub(super) kernel: Kernel,
     pub(super) access: Access,
@@ -21,6 +26,8 @@ pub struct PreparedKernel {
     pub(super) params: wgpu::Buffer,
     pub(super) clear: Option<(wgpu::Buffer, u64)>,
     pub(super) operand_bytes: u64,
+    /// The memory of operands that are pool blocks.
+    pub(super) blocks: Vec<BlockRef>,
 }
 
 impl PreparedKernel {
@@ -71,10 +78,25 @@ impl PreparedKernel {
     /// Records only the dispatches into an open compute pass. A reduction's result word is
     /// not cleared: the result accumulates onto whatever it holds.
     pub fn record_in_pass(&self, pass: &mut wgpu::ComputePass<'_>) {
+        for block in &self.blocks {
+            block.mark_used();
+        }
         pass.set_pipeline(&self.pipeline);
         for window in &self.windows {
             pass.set_bind_group(0, &window.bind_group, &[]);
             pass.dispatch_workgroups(window.groups, 1, 1);
         }
+    }
+}
+
+impl std::fmt::Debug for PreparedKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedKernel")
+            .field("kernel", &self.kernel)
+            .field("access", &self.access)
+            .field("dispatches", &self.windows.len())
+            .field("operand_bytes", &self.operand_bytes)
+            .field("blocks", &self.blocks)
+            .finish()
     }
 }

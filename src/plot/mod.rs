@@ -11,7 +11,7 @@ pub use memory::{MemoryCurves, render_memory_svg};
 use thiserror::Error;
 
 /// A picture that could not be drawn or written.
-#[derive(Debug, Error)]
+#[derive(Error)]
 pub enum PlotError {
     /// The drawing library refused (its message).
     #[error("cannot draw the plot: {0}")]
@@ -41,3 +41,5 @@ pub fn write_svg(path: &std::path::Path, svg: &str) -> Result<(), PlotError> {
 fn draw_error<E: std::fmt::Debug>(e: E) -> PlotError {
     PlotError::Draw(format!("{e:?}"))
 }
+
+crate::error_debug::debug_as_message!(PlotError);

@@ -1,6 +1,7 @@
 //! Allocation: the reuse cache, the engine, and host overflow.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::block::BlockParts;
 use super::pool_shared::PoolState;
@@ -24,18 +25,32 @@ impl Pool {
     /// device's `max_buffer_size` in segments mode, its largest page-mapped range in pages
     /// mode, rounded down to whole 512 B granules); [`AllocError::OutOfMemory`] when neither the
     /// cache, nor a new segment, nor releasing the whole cache and retrying helps (nor host
-    /// memory, with `overflow:host`). The pool stays usable after any of them.
+    /// memory, with `overflow:host`); [`AllocError::HeldForSubmission`] while more bytes of
+    /// dropped blocks wait for a submission point than the pool's held limit allows, under
+    /// [`HeldLimitAction::Error`](super::HeldLimitAction::Error). The pool stays usable
+    /// after any of them.
     #[inline]
     pub fn alloc(&self, size: u64) -> Result<Block, AllocError> {
+        if self.shared.over_held_limit.load(Ordering::Acquire) {
+            return Err(self.held_limit_error());
+        }
         // While the history records, every request goes through the engine, so that each
         // allocation and free is an event.
         if !self.shared.recording()
             && let Some((shared, mut parts)) = self.shared.reuse.take(size)
         {
-            *parts.exposed_in.get_mut() = 0;
+            parts.exposure.clear();
             return Ok(Block::new(shared, parts));
         }
         self.alloc_through_engine(size, None)
+    }
+
+    #[cold]
+    fn held_limit_error(&self) -> AllocError {
+        AllocError::HeldForSubmission {
+            held: self.shared.lock().held_bytes,
+            limit: self.shared.held_limit.unwrap_or(0),
+        }
     }
 
     /// A block of at least `size` bytes that carries `label`: [`Block::label`] returns it,
@@ -48,6 +63,9 @@ impl Pool {
     ///
     /// As for [`alloc`](Pool::alloc).
     pub fn alloc_labeled(&self, size: u64, label: &str) -> Result<Block, AllocError> {
+        if self.shared.over_held_limit.load(Ordering::Acquire) {
+            return Err(self.held_limit_error());
+        }
         self.alloc_through_engine(size, Some(Arc::from(label)))
     }
 
@@ -69,8 +87,7 @@ impl Pool {
                 parts
             }
             Err(AllocError::OutOfMemory(mut oom)) => {
-                let held: u64 = state.held.iter().map(|parts| parts.capacity).sum();
-                oom.held_for_submission = (held > 0).then_some(held);
+                oom.held_for_submission = (state.held_bytes > 0).then_some(state.held_bytes);
                 let served = if state.engine.config().overflow == Overflow::Host {
                     self.overflow_to_host(&mut state, size, oom)
                 } else {

@@ -1,25 +1,30 @@
 //! Binding blocks: one binding, a binding resource, layout entries, and a checked bind group.
 //!
-//! Pool blocks share segment buffers. In pages mode every block lies in its range's one
-//! Vulkan buffer, reached through wgpu wrappers that live blocks mostly do not share (see
-//! [`Block::buffer`]), but two blocks may still come through one wrapper. wgpu forbids one buffer from being read-only storage (or uniform) and read-write storage
-//! in the same dispatch, so a kernel whose inputs are declared `var<storage, read>` and whose
-//! output is `var<storage, read_write>` fails validation as soon as an input and the output
-//! are blocks of one pool. Two shapes work:
+//! # The read-only rule
 //!
-//! - declare every pool binding `var<storage, read_write>` (the crate's own kernels do this
-//!   whenever an input shares a buffer with an output), or
+//! wgpu forbids one buffer from being read-only storage (or uniform) and read-write storage
+//! in the same dispatch. Pool blocks share buffers, and which blocks share one depends on
+//! where the policy placed them (a segment buffer, or in pages mode one of a range's
+//! wrappers). So that the rule never depends on placement, [`BlockBindings`] applies a
+//! stricter one that depends only on where blocks come from:
+//!
+//! **A read-only or uniform binding and a read-write binding of blocks of the same pool are
+//! refused in one bind group**, in both memory modes, with
+//! [`BindingError::ReadOnlyConflict`], whatever buffers the blocks happen to lie in. Two
+//! shapes work:
+//!
+//! - declare every binding of that pool `var<storage, read_write>` (the crate's own kernels
+//!   do this whenever an input shares a buffer with an output), or
 //! - keep read-only inputs in another pool, for example the weights of a model: blocks of
 //!   different pools never share a buffer.
 //!
-//! [`BlockBindings`] builds the layout and the bind group from blocks and checks this rule
-//! first, so a conflict is a [`BindingError::ReadOnlyConflict`] that says what to do rather
-//! than a wgpu validation error at dispatch.
+//! Plain buffers added with [`BlockBindings::buffer`] conflict only with bindings of the same
+//! buffer.
 
 use std::num::NonZeroU64;
 
 use super::error::BindingError;
-use super::{Block, Residency};
+use super::{Block, PoolBindGroup, Residency};
 use crate::gpu::scope::catch;
 
 impl Block {
@@ -174,7 +179,7 @@ impl BindingAccess {
 /// let weights = Pool::from_context(&gpu, Config::default())?;
 /// let (x, w, y) = (activations.alloc(4096)?, weights.alloc(4096)?, activations.alloc(4096)?);
 /// let bindings = BlockBindings::new()
-///     .read_write(0, &x) // shares a buffer with y: read_write in WGSL too
+///     .read_write(0, &x) // the same pool as y: read_write in WGSL too
 ///     .read(1, &w) // another pool: may stay `var<storage, read>`
 ///     .read_write(2, &y);
 /// let layout = bindings.create_layout(gpu.device(), wgpu::ShaderStages::COMPUTE)?;
@@ -183,9 +188,29 @@ impl BindingAccess {
 /// ```
 #[derive(Debug, Default)]
 pub struct BlockBindings<'a> {
-    entries: Vec<(u32, BindingAccess, wgpu::BufferBinding<'a>)>,
+    entries: Vec<Entry<'a>>,
     /// The first error met while adding entries, returned by the builders.
     error: Option<BindingError>,
+}
+
+#[derive(Debug)]
+struct Entry<'a> {
+    binding: u32,
+    access: BindingAccess,
+    window: wgpu::BufferBinding<'a>,
+    /// The block the window lies in; `None` for a plain buffer.
+    block: Option<&'a Block>,
+}
+
+impl<'a> Entry<'a> {
+    /// Whether the two bindings may not differ in read-only-ness: blocks of one pool, or the
+    /// same buffer.
+    fn shares_memory_with(&self, other: &Entry<'_>) -> bool {
+        match (self.block, other.block) {
+            (Some(a), Some(b)) => a.same_pool(b),
+            _ => self.window.buffer == other.window.buffer,
+        }
+    }
 }
 
 impl<'a> BlockBindings<'a> {
@@ -196,33 +221,65 @@ impl<'a> BlockBindings<'a> {
 
     /// Binds the whole block as `var<storage, read>`.
     pub fn read(self, binding: u32, block: &'a Block) -> Self {
-        self.block(binding, BindingAccess::ReadOnly, block)
+        self.block(binding, BindingAccess::ReadOnly, block, block.binding())
     }
 
     /// Binds the whole block as `var<storage, read_write>`.
     pub fn read_write(self, binding: u32, block: &'a Block) -> Self {
-        self.block(binding, BindingAccess::ReadWrite, block)
+        self.block(binding, BindingAccess::ReadWrite, block, block.binding())
     }
 
     /// Binds the whole block as `var<uniform>` (a block of a `UNIFORM` pool).
     pub fn uniform(self, binding: u32, block: &'a Block) -> Self {
-        self.block(binding, BindingAccess::Uniform, block)
+        self.block(binding, BindingAccess::Uniform, block, block.binding())
     }
 
-    /// Binds a window from [`Block::binding_range`] (or any buffer binding) with `access`.
+    /// Binds the window `start..start + size` of `block` with `access` (checked as by
+    /// [`Block::binding_range`]).
     pub fn window(
+        self,
+        binding: u32,
+        access: BindingAccess,
+        block: &'a Block,
+        start: u64,
+        size: u64,
+    ) -> Self {
+        self.block(binding, access, block, block.binding_range(start, size))
+    }
+
+    /// Binds a plain buffer range that is not a pool block (for example a uniform buffer of
+    /// the application's own). It conflicts with the read-only rule only through the same
+    /// buffer; pool blocks go through [`read`](Self::read), [`read_write`](Self::read_write),
+    /// [`uniform`](Self::uniform) or [`window`](Self::window), which the bind group keeps.
+    pub fn buffer(
         mut self,
         binding: u32,
         access: BindingAccess,
         window: wgpu::BufferBinding<'a>,
     ) -> Self {
-        self.entries.push((binding, access, window));
+        self.entries.push(Entry {
+            binding,
+            access,
+            window,
+            block: None,
+        });
         self
     }
 
-    fn block(mut self, binding: u32, access: BindingAccess, block: &'a Block) -> Self {
-        match block.binding() {
-            Ok(window) => self.entries.push((binding, access, window)),
+    fn block(
+        mut self,
+        binding: u32,
+        access: BindingAccess,
+        block: &'a Block,
+        window: Result<wgpu::BufferBinding<'a>, BindingError>,
+    ) -> Self {
+        match window {
+            Ok(window) => self.entries.push(Entry {
+                binding,
+                access,
+                window,
+                block: Some(block),
+            }),
             Err(error) => {
                 self.error.get_or_insert(error);
             }
@@ -230,31 +287,47 @@ impl<'a> BlockBindings<'a> {
         self
     }
 
-    /// Checks the bindings: each block could be bound, no binding number twice, and no
-    /// read-only binding in a buffer that a read-write binding of the group also uses.
+    /// Checks the bindings: each block could be bound, all blocks come from pools on one
+    /// device, no binding number is given twice, and no read-only (or uniform) binding
+    /// shares a pool (or, for plain buffers, a buffer) with a read-write binding (see the
+    /// read-only rule in the module documentation). The answer depends only on the blocks'
+    /// pools and the accesses, never on where the blocks were placed.
     ///
     /// # Errors
     ///
     /// The first binding error met while adding blocks, then
-    /// [`BindingError::DuplicateBinding`] or [`BindingError::ReadOnlyConflict`].
+    /// [`BindingError::ForeignDevice`], [`BindingError::DuplicateBinding`] or
+    /// [`BindingError::ReadOnlyConflict`].
     pub fn check(&self) -> Result<(), BindingError> {
         if let Some(error) = &self.error {
             return Err(error.clone());
         }
-        for (i, (binding, access, window)) in self.entries.iter().enumerate() {
-            for (other, other_access, other_window) in &self.entries[i + 1..] {
-                if binding == other {
-                    return Err(BindingError::DuplicateBinding { binding: *binding });
+        if let Some(first) = self.entries.iter().find_map(|entry| entry.block)
+            && let Some(entry) = self
+                .entries
+                .iter()
+                .find(|entry| entry.block.is_some_and(|block| !block.same_device(first)))
+        {
+            return Err(BindingError::ForeignDevice {
+                binding: entry.binding,
+            });
+        }
+        for (i, entry) in self.entries.iter().enumerate() {
+            for other in &self.entries[i + 1..] {
+                if entry.binding == other.binding {
+                    return Err(BindingError::DuplicateBinding {
+                        binding: entry.binding,
+                    });
                 }
-                if window.buffer != other_window.buffer
-                    || access.read_only() == other_access.read_only()
+                if entry.access.read_only() == other.access.read_only()
+                    || !entry.shares_memory_with(other)
                 {
                     continue;
                 }
-                let (read_only, read_write) = if access.read_only() {
-                    (*binding, *other)
+                let (read_only, read_write) = if entry.access.read_only() {
+                    (entry.binding, other.binding)
                 } else {
-                    (*other, *binding)
+                    (other.binding, entry.binding)
                 };
                 return Err(BindingError::ReadOnlyConflict {
                     read_only,
@@ -263,6 +336,20 @@ impl<'a> BlockBindings<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Checks that every block's pool is on `device`.
+    fn check_device(&self, device: &wgpu::Device) -> Result<(), BindingError> {
+        match self
+            .entries
+            .iter()
+            .find(|entry| entry.block.is_some_and(|block| !block.is_on(device)))
+        {
+            Some(entry) => Err(BindingError::ForeignDevice {
+                binding: entry.binding,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The layout entries, in the order the bindings were added.
@@ -278,7 +365,7 @@ impl<'a> BlockBindings<'a> {
         Ok(self
             .entries
             .iter()
-            .map(|(binding, access, _)| access.layout_entry(*binding, visibility))
+            .map(|entry| entry.access.layout_entry(entry.binding, visibility))
             .collect())
     }
 
@@ -286,13 +373,16 @@ impl<'a> BlockBindings<'a> {
     ///
     /// # Errors
     ///
-    /// As for [`check`](Self::check), and [`BindingError::Gpu`] when wgpu refuses the layout.
+    /// As for [`check`](Self::check), [`BindingError::ForeignDevice`] when a block's pool is
+    /// on another device than `device`, and [`BindingError::Gpu`] when wgpu refuses the
+    /// layout.
     pub fn create_layout(
         &self,
         device: &wgpu::Device,
         visibility: wgpu::ShaderStages,
     ) -> Result<wgpu::BindGroupLayout, BindingError> {
         let entries = self.layout_entries(visibility)?;
+        self.check_device(device)?;
         catch(device, || {
             device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
                 label: Some("wgpool block bindings"),
@@ -302,33 +392,42 @@ impl<'a> BlockBindings<'a> {
         .map_err(BindingError::Gpu)
     }
 
-    /// The bind group of these bindings in `layout`.
+    /// The bind group of these bindings in `layout`. It keeps the memory of every block it
+    /// binds from reuse while it lives (see [`PoolBindGroup`]).
     ///
     /// # Errors
     ///
-    /// As for [`check`](Self::check), and [`BindingError::Gpu`] when wgpu refuses the group
+    /// As for [`check`](Self::check), [`BindingError::ForeignDevice`] when a block's pool is
+    /// on another device than `device`, and [`BindingError::Gpu`] when wgpu refuses the group
     /// (for example a layout that does not match).
     pub fn create_bind_group(
         &self,
         device: &wgpu::Device,
         layout: &wgpu::BindGroupLayout,
-    ) -> Result<wgpu::BindGroup, BindingError> {
+    ) -> Result<PoolBindGroup, BindingError> {
         self.check()?;
+        self.check_device(device)?;
         let entries: Vec<wgpu::BindGroupEntry<'_>> = self
             .entries
             .iter()
-            .map(|(binding, _, window)| wgpu::BindGroupEntry {
-                binding: *binding,
-                resource: wgpu::BindingResource::Buffer(window.clone()),
+            .map(|entry| wgpu::BindGroupEntry {
+                binding: entry.binding,
+                resource: wgpu::BindingResource::Buffer(entry.window.clone()),
             })
             .collect();
-        catch(device, || {
+        let group = catch(device, || {
             device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("wgpool block bindings"),
                 layout,
                 entries: &entries,
             })
         })
-        .map_err(BindingError::Gpu)
+        .map_err(BindingError::Gpu)?;
+        let refs = self
+            .entries
+            .iter()
+            .filter_map(|entry| entry.block.map(Block::reference))
+            .collect();
+        Ok(PoolBindGroup::new(group, refs))
     }
 }

@@ -1,14 +1,14 @@
 //! `Block`: an RAII handle to a piece of a segment buffer.
 
 use std::mem::ManuallyDrop;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use super::Residency;
+use super::block_ref::SharedPlace;
 use super::pool_shared::{BindingLimits, PoolShared};
+use super::recordings::ExposureSpan;
 use super::reuse_cache::Reusable;
 use crate::engine::{Allocation, BlockId, SegmentId, SegmentKind};
-use crate::kernels::Operand;
 
 /// Where a block is; everything of a [`Block`] but the pool handle.
 pub(crate) struct BlockParts {
@@ -24,9 +24,11 @@ pub(crate) struct BlockParts {
     pub generation: u32,
     /// The label given at allocation ([`Pool::alloc_labeled`](super::Pool::alloc_labeled)).
     pub label: Option<Arc<str>>,
-    /// The pool's submission epoch when the block was last exposed (a binding, operand,
-    /// slice or buffer taken); 0 if never since it was handed out.
-    pub exposed_in: AtomicU64,
+    /// The recordings that exposed the block (took a binding, operand, slice or buffer)
+    /// since it was handed out.
+    pub exposure: ExposureSpan,
+    /// The place shared with [`BlockRef`](super::BlockRef)s, made by the first one.
+    pub share: OnceLock<Arc<SharedPlace>>,
     /// Which of its range's wrappers `buffer` is (pages mode; 0 otherwise).
     pub wrapper: u32,
 }
@@ -36,7 +38,8 @@ impl BlockParts {
         BlockParts {
             residency,
             generation: 0,
-            exposed_in: AtomicU64::new(0),
+            exposure: ExposureSpan::default(),
+            share: OnceLock::new(),
             wrapper: 0,
             label: None,
             id: allocation.block,
@@ -70,9 +73,13 @@ impl Reusable for BlockParts {
 /// Guarantees:
 /// - no other live block of any pool overlaps it;
 /// - `offset()` is a multiple of 512 B, so it meets every offset alignment wgpu allows;
-/// - dropping it returns the memory to the pool at once. Work already submitted that uses the
-///   block still sees its data: the pool's next user of this memory can only reach it through
-///   later submissions on the same queue, which run after it.
+/// - dropping it returns the memory to the pool once nothing may still use it: at once for a
+///   block never exposed (no binding, operand, slice or buffer taken), else once every
+///   recording that exposed it is submitted (see [`FreeTiming`](super::FreeTiming)) and
+///   every [`BlockRef`](super::BlockRef) to it (a [`PoolBindGroup`](super::PoolBindGroup)
+///   holds one) is gone. Work already submitted that uses the block still sees its data: the
+///   pool's next user of this memory can only reach it through later submissions on the same
+///   queue, which run after it.
 ///
 /// A block never outlives the memory behind it: it keeps the pool's shared state alive.
 pub struct Block {
@@ -187,21 +194,37 @@ impl Block {
             .slice(self.parts.offset..self.parts.offset + self.parts.size)
     }
 
-    /// The block as a kernel operand of `bound_size()` bytes. Kernels split operands larger
-    /// than the binding limit into windows themselves.
-    ///
-    /// Counts as exposing the block (see [`FreeTiming`](super::FreeTiming)).
-    pub fn operand(&self) -> Operand<'_> {
-        self.expose();
-        Operand::new(&self.parts.buffer, self.parts.offset, self.bound_size())
+    /// Notes that the calling thread may now record commands that name the block's memory:
+    /// dropped before that thread's next submission point, it is held back (see
+    /// [`FreeTiming`](super::FreeTiming)).
+    #[inline]
+    pub(crate) fn expose(&self) {
+        if self.shared.holds_for_recordings() {
+            let ticket = self.shared.submissions.recordings.thread_ticket();
+            self.parts.exposure.include(ticket);
+        }
     }
 
-    /// Notes that commands may now name the block's memory: dropped before the pool's next
-    /// submission point, it is held back (see [`FreeTiming`](super::FreeTiming)).
-    #[inline]
-    pub(super) fn expose(&self) {
-        let epoch = self.shared.epoch.load(Ordering::Acquire);
-        self.parts.exposed_in.store(epoch, Ordering::Release);
+    /// The device of the pool that handed the block out.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.shared.device
+    }
+
+    /// Whether the block's pool is on `device`. Unlike `block.device() == device`, this
+    /// tells apart devices of different `wgpu::Instance`s (see
+    /// [`same_device`](crate::gpu::same_device)).
+    pub fn is_on(&self, device: &wgpu::Device) -> bool {
+        self.shared.submissions.key.matches(device)
+    }
+
+    /// Whether `self` and `other` come from pools on the same device.
+    pub fn same_device(&self, other: &Block) -> bool {
+        Arc::ptr_eq(&self.shared.submissions, &other.shared.submissions)
+    }
+
+    /// Whether `self` and `other` come from the same pool (or clones of it).
+    pub fn same_pool(&self, other: &Block) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// The buffer and offset, for the crate's own transfers, which submit at once and so

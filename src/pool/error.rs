@@ -8,7 +8,7 @@ use crate::gpu::scope::CaughtError;
 use crate::gpu::transfer::TransferError;
 
 /// Why a pool could not be created.
-#[derive(Debug, Clone, PartialEq, Error)]
+#[derive(Clone, PartialEq, Error)]
 #[non_exhaustive]
 pub enum PoolError {
     /// The configuration cannot be applied to this device.
@@ -58,7 +58,7 @@ pub enum PoolError {
 }
 
 /// Why a block cannot be bound.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum BindingError {
     /// The block is larger than the device lets one binding be.
@@ -113,19 +113,31 @@ pub enum BindingError {
         /// The alignment required.
         alignment: u64,
     },
-    /// A read-only binding shares its buffer with a read-write binding of the same group.
+    /// A read-only (or uniform) binding and a read-write binding of one group come from the
+    /// same pool (or, for plain buffers, the same buffer).
     #[error(
-        "binding {read_only} is read-only storage but lies in the same buffer as read-write \
-         binding {read_write}; wgpu forbids one buffer being both in one dispatch, and pool \
-         blocks share segment buffers. Declare binding {read_only} `var<storage, read_write>` in \
-         WGSL and add it with BlockBindings::read_write, or allocate it from another pool \
-         (blocks of different pools never share a buffer)"
+        "binding {read_only} is read-only but comes from the same pool as read-write binding \
+         {read_write}; wgpu forbids one buffer being both in one dispatch, and blocks of one \
+         pool may share a buffer wherever the pool placed them, so the pool refuses the pair \
+         in every memory mode. Declare binding {read_only} `var<storage, read_write>` in WGSL \
+         and add it with BlockBindings::read_write, or allocate it from another pool (blocks \
+         of different pools never share a buffer)"
     )]
     ReadOnlyConflict {
         /// The read-only binding number.
         read_only: u32,
         /// The read-write binding in the same buffer.
         read_write: u32,
+    },
+    /// A block of a pool on another device than the bind group's (or than the group's other
+    /// blocks).
+    #[error(
+        "binding {binding} is a block of a pool on another device; a bind group can only bind \
+         blocks of pools on the device it is created on"
+    )]
+    ForeignDevice {
+        /// The binding number.
+        binding: u32,
     },
     /// A binding number used twice in one group.
     #[error("binding {binding} is given twice")]
@@ -140,7 +152,7 @@ pub enum BindingError {
 
 /// Why [`Pool::write`](super::Pool::write) or [`Pool::read`](super::Pool::read) failed.
 /// The block is unchanged.
-#[derive(Debug, Error)]
+#[derive(Error)]
 #[non_exhaustive]
 pub enum ReadWriteError {
     /// The block was handed out by another pool (possibly on another device).
@@ -182,7 +194,7 @@ const FOREIGN_BLOCK: &str = "the block belongs to another pool (blocks can only 
 
 /// Why a block could not be moved between device and host memory. The block is unchanged:
 /// still where it was, with its contents and generation.
-#[derive(Debug, Error)]
+#[derive(Error)]
 #[non_exhaustive]
 pub enum MoveError {
     /// No memory for the block's new home.
@@ -201,3 +213,5 @@ pub enum MoveError {
     #[error("cannot move the block: the transfer failed: {0}")]
     Transfer(#[source] TransferError),
 }
+
+crate::error_debug::debug_as_message!(PoolError, BindingError, ReadWriteError, MoveError);

@@ -34,8 +34,10 @@
 
 mod alloc;
 mod backing;
+mod bind_group;
 mod binding;
 mod block;
+mod block_ref;
 mod check;
 mod device_memory;
 mod error;
@@ -45,30 +47,37 @@ mod movement;
 mod options;
 mod pool_shared;
 mod read_write;
+mod recordings;
 mod residency;
 mod reuse_cache;
 mod segment_buffers;
 mod stats;
 mod submission;
+mod submissions;
 mod wrappers;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use crate::engine::MemoryMode;
 pub use backing::DeviceMemoryUsage;
+pub use bind_group::PoolBindGroup;
 pub use binding::{BindingAccess, BlockBindings};
 pub use block::Block;
+pub use block_ref::BlockRef;
 pub use error::{BindingError, MoveError, PoolError, ReadWriteError};
 pub use host_tier::{BINDABLE_HOST_USAGE, STAGING_HOST_USAGE};
-pub use options::{DEFAULT_USAGE, FreeTiming, PoolOptions};
+pub use options::{DEFAULT_USAGE, FreeTiming, HeldLimitAction, PoolOptions};
 pub use residency::Residency;
+pub use submissions::{Recording, mark_submitted};
 
 use crate::config::{Config, Overflow};
 use crate::engine::{Engine, EngineLimits, SegmentSource};
 use crate::gpu::GpuContext;
+use options::default_held_limit;
 use pool_shared::{BindingLimits, PoolShared, PoolState};
 use reuse_cache::ReuseCache;
+use submissions::DeviceSubmissions;
 
 /// A caching pool of device memory. Cheap to clone: clones share the same pool.
 /// `Pool` is `Send + Sync`; allocation and free from many threads are serialized by one lock
@@ -182,7 +191,16 @@ impl Pool {
             );
         }
         memory.set_limit(engine.memory_cap());
-        Ok(Pool {
+        let held_limit = match options.held_limit_action {
+            HeldLimitAction::Off => None,
+            HeldLimitAction::Warn | HeldLimitAction::Error => Some(
+                options
+                    .held_limit
+                    .unwrap_or_else(|| default_held_limit(engine.memory_cap(), device_memory)),
+            ),
+        };
+        let submissions = DeviceSubmissions::for_device(device);
+        let pool = Pool {
             shared: Arc::new(PoolShared {
                 device: device.clone(),
                 queue: queue.clone(),
@@ -193,6 +211,8 @@ impl Pool {
                     mode_reason,
                     host: None,
                     held: Vec::new(),
+                    held_bytes: 0,
+                    held_warned: false,
                     host_overflows: 0,
                     labels: Default::default(),
                 }),
@@ -203,11 +223,17 @@ impl Pool {
                 usage,
                 free_timing: options.free_timing,
                 device_memory,
-                epoch: AtomicU64::new(1),
-                recording: std::sync::atomic::AtomicBool::new(false),
+                submissions,
+                held_limit,
+                held_limit_action: options.held_limit_action,
+                over_held_limit: AtomicBool::new(false),
+                referenced_bytes: AtomicU64::new(0),
+                recording: AtomicBool::new(false),
                 log_leaks: options.log_leaks,
             }),
-        })
+        };
+        pool.shared.submissions.register(&pool.shared);
+        Ok(pool)
     }
 
     /// The configuration the pool runs.

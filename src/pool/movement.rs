@@ -35,8 +35,9 @@ impl Pool {
         target.label = block.parts().label.clone();
         state.add_label(&target);
         let old = block.relocate(target);
+        drop(state);
         // The copy is submitted; later users of the device memory come after it in the queue.
-        self.retire(&mut state, old);
+        self.retire(old);
         Ok(())
     }
 
@@ -56,7 +57,7 @@ impl Pool {
                 engine,
                 memory,
                 host,
-                held,
+                held_bytes,
                 ..
             } = &mut *state;
             engine
@@ -66,8 +67,7 @@ impl Pool {
                         oom.host_overflow = host
                             .as_ref()
                             .map(|h| h.engine.memory_stats().allocated_bytes.all.current);
-                        let held: u64 = held.iter().map(|parts| parts.capacity).sum();
-                        oom.held_for_submission = (held > 0).then_some(held);
+                        oom.held_for_submission = (*held_bytes > 0).then_some(*held_bytes);
                         MoveError::Alloc(AllocError::OutOfMemory(oom))
                     }
                     other => MoveError::Alloc(other),
@@ -89,18 +89,16 @@ impl Pool {
         target.label = block.parts().label.clone();
         state.add_label(&target);
         let old = block.relocate(target);
-        self.retire(&mut state, old);
+        drop(state);
+        self.retire(old);
         Ok(())
     }
 
-    /// Frees the place a block moved out of, or holds it back until the next submission
-    /// point when commands recorded since the last one may still name it.
-    fn retire(&self, state: &mut PoolState, old: BlockParts) {
-        if self.shared.must_hold(&old) {
-            state.held.push(old);
-        } else {
-            free_to_engine(state, old);
-        }
+    /// Frees the place a block moved out of, as a dropped block's: held back while
+    /// recordings that exposed it are open, kept while references bind it. Called without
+    /// the state lock (freeing may take it).
+    fn retire(&self, old: BlockParts) {
+        PoolShared::release(self.shared.clone(), Box::new(old));
     }
 
     fn check_owner(&self, block: &Block) -> Result<(), MoveError> {

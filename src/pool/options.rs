@@ -14,21 +14,66 @@ pub const DEFAULT_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
 /// went to a new block at once, anything submitted for the new block before those commands
 /// (a [`Pool::write`](super::Pool::write), or another encoder) would run first and change the
 /// bytes the recorded commands were meant to read.
+///
+/// # Threads
+///
+/// Each thread records on its own. A thread's **recording** opens when it first exposes a
+/// block (takes a binding, operand, slice or buffer, or records a
+/// [`PoolBindGroup`](super::PoolBindGroup) or [`PreparedKernel`](crate::kernels::PreparedKernel))
+/// and closes at that thread's next submission point: [`Pool::submit`](super::Pool::submit),
+/// [`Pool::mark_submitted`](super::Pool::mark_submitted) or
+/// [`mark_submitted`](super::mark_submitted)`(&device)`, through any pool of the device. A
+/// dropped block is held back until every recording that exposed it is closed, whichever
+/// thread submits first. So threads that each record and submit their own encoders need
+/// nothing more. When one thread records and another submits:
+/// - hand the recording over with [`Pool::take_recording`](super::Pool::take_recording) and
+///   drop the [`Recording`](super::Recording) after submitting, or
+/// - call [`Pool::mark_all_submitted`](super::Pool::mark_all_submitted) once everything
+///   recorded so far, on every thread, is submitted.
+///
+/// A recording that is never closed holds back every block it exposed; past the held limit
+/// ([`PoolOptions::with_held_limit`]) the pool says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum FreeTiming {
-    /// The default. A block dropped after it was exposed (its binding, operand, slice or
-    /// buffer taken) since the pool's last submission point is held back: it stays allocated
-    /// until [`Pool::submit`](super::Pool::submit) or
-    /// [`Pool::mark_submitted`](super::Pool::mark_submitted) says that the commands recorded
-    /// so far are submitted. Blocks that were never exposed, or only before the last
-    /// submission point, return at once.
+    /// The default. A block dropped while a recording that exposed it (took its binding,
+    /// operand, slice or buffer) is open is held back: it stays allocated until that
+    /// recording's thread reaches a submission point (see Threads above). Blocks that were
+    /// never exposed, or only by recordings already submitted, return at once.
     #[default]
     AfterSubmit,
     /// Every dropped block returns at once. For applications that drop blocks only after
     /// submitting the commands that use them (the rule PyTorch's stream semantics imply);
     /// dropping one earlier lets later work overwrite what the recorded commands read.
     AtDrop,
+}
+
+/// What a pool does when the bytes of dropped blocks held back for unsubmitted recordings
+/// pass its held limit ([`PoolOptions::with_held_limit`]). Held bytes grow without bound when
+/// an application exposes blocks (takes bindings) and never reaches a submission point; the
+/// limit turns that into a message that names the missing submit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum HeldLimitAction {
+    /// No check.
+    Off,
+    /// The default: log a warning through the `log` crate, once until held bytes fall under
+    /// half the limit again.
+    #[default]
+    Warn,
+    /// Warn, and refuse allocations with
+    /// [`AllocError::HeldForSubmission`](crate::engine::AllocError::HeldForSubmission) while
+    /// held bytes are over the limit.
+    Error,
+}
+
+/// The held limit when none is given: a quarter of the pool's cap, else of the device's
+/// memory, at least 64 MiB; 1 GiB when neither is known.
+pub(crate) fn default_held_limit(cap: Option<u64>, device_memory: Option<u64>) -> u64 {
+    match cap.or(device_memory) {
+        Some(bytes) => (bytes / 4).max(64 << 20),
+        None => 1 << 30,
+    }
 }
 
 /// Settings of a pool beyond `WGPOOL_CONF`, built with the `with_*` methods:
@@ -50,6 +95,8 @@ pub struct PoolOptions {
     pub(crate) free_timing: FreeTiming,
     pub(crate) log_leaks: bool,
     pub(crate) chunk_policy: ChunkPolicy,
+    pub(crate) held_limit: Option<u64>,
+    pub(crate) held_limit_action: HeldLimitAction,
 }
 
 impl Default for PoolOptions {
@@ -61,6 +108,8 @@ impl Default for PoolOptions {
             free_timing: FreeTiming::default(),
             log_leaks: false,
             chunk_policy: ChunkPolicy::default(),
+            held_limit: None,
+            held_limit_action: HeldLimitAction::default(),
         }
     }
 }
@@ -109,6 +158,31 @@ impl PoolOptions {
     pub fn with_chunk_policy(mut self, policy: ChunkPolicy) -> Self {
         self.chunk_policy = policy;
         self
+    }
+
+    /// The bound on bytes of dropped blocks held back for unsubmitted recordings (default: a
+    /// quarter of the pool's cap, else of the device's memory, at least 64 MiB; 1 GiB when
+    /// neither is known), and what passing it does (default [`HeldLimitAction::Warn`]).
+    pub fn with_held_limit(mut self, bytes: u64, action: HeldLimitAction) -> Self {
+        self.held_limit = Some(bytes);
+        self.held_limit_action = action;
+        self
+    }
+
+    /// What passing the held limit does, keeping the limit's bytes.
+    pub fn with_held_limit_action(mut self, action: HeldLimitAction) -> Self {
+        self.held_limit_action = action;
+        self
+    }
+
+    /// The held limit given, if any (`None`: the default).
+    pub fn held_limit(&self) -> Option<u64> {
+        self.held_limit
+    }
+
+    /// What passing the held limit does.
+    pub fn held_limit_action(&self) -> HeldLimitAction {
+        self.held_limit_action
     }
 
     /// The segment usages.

@@ -1,7 +1,7 @@
 //! State shared by a pool and its blocks.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::Residency;
@@ -9,9 +9,11 @@ use super::backing::Backing;
 use super::block::BlockParts;
 use super::error::PoolError;
 use super::host_tier::HostTier;
-use super::options::FreeTiming;
+use super::options::{FreeTiming, HeldLimitAction};
 use super::reuse_cache::{self, CacheOwner, ReuseCache};
+use super::submissions::DeviceSubmissions;
 use crate::engine::{BlockId, Engine, SegmentId, SegmentKind};
+use crate::format::bytes;
 
 /// Binding limits of the pool's usage, read from the device once.
 #[derive(Debug, Clone, Copy)]
@@ -33,9 +35,14 @@ pub(crate) struct PoolState {
     pub mode_reason: String,
     /// Host-resident segments, made on first overflow or offload.
     pub host: Option<HostTier>,
-    /// Blocks dropped while commands recorded since the last submission point may name
-    /// them: still allocated, freed at the next submission point.
+    /// Blocks dropped while a recording that exposed them is not submitted yet: still
+    /// allocated, freed at the submission point that closes the last such recording.
     pub held: Vec<BlockParts>,
+    /// The bytes of `held`.
+    pub held_bytes: u64,
+    /// Whether the held-limit warning was given since held bytes were last under half the
+    /// limit.
+    pub held_warned: bool,
     /// Allocations served from host memory because the device was full (`overflow:host`).
     pub host_overflows: u64,
     /// Live labelled blocks (held ones included), by residency and engine id.
@@ -87,11 +94,18 @@ pub(crate) struct PoolShared {
     pub free_timing: FreeTiming,
     /// Device memory that `per_process_memory_fraction` applies to, if known.
     pub device_memory: Option<u64>,
-    /// The submission epoch: counts the pool's submission points, from 1. A block exposed
-    /// in the current epoch may be named by commands not yet submitted.
-    pub epoch: AtomicU64,
+    /// The recordings and submission points of the device, shared by its pools.
+    pub submissions: Arc<DeviceSubmissions>,
+    /// The bound on held bytes, resolved to bytes (`None`: no bound).
+    pub held_limit: Option<u64>,
+    /// What passing `held_limit` does.
+    pub held_limit_action: HeldLimitAction,
+    /// Set while held bytes are over a [`HeldLimitAction::Error`] bound: allocations fail.
+    pub over_held_limit: AtomicBool,
+    /// Bytes of dropped (or moved) blocks kept from reuse by `BlockRef`s.
+    pub referenced_bytes: AtomicU64,
     /// Whether the history records (`Pool::record_history`): the reuse cache is bypassed.
-    pub recording: std::sync::atomic::AtomicBool,
+    pub recording: AtomicBool,
     /// Log the blocks still allocated when the last `Pool` handle drops.
     pub log_leaks: bool,
 }
@@ -112,15 +126,27 @@ impl PoolShared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Takes a dropped block and its handle's pool reference: into the reuse cache, or back
-    /// to the engine.
-    pub fn release(shared: Arc<PoolShared>, parts: Box<BlockParts>) {
-        if shared.must_hold(&parts) {
+    /// Whether dropped blocks wait for the recordings that exposed them
+    /// ([`FreeTiming::AfterSubmit`]).
+    #[inline]
+    pub fn holds_for_recordings(&self) -> bool {
+        self.free_timing == FreeTiming::AfterSubmit
+    }
+
+    /// Takes a dropped block and its handle's pool reference: to the references that still
+    /// share its place, into the held blocks, into the reuse cache, or back to the engine.
+    pub fn release(shared: Arc<PoolShared>, mut parts: Box<BlockParts>) {
+        if let Some(place) = parts.share.take() {
+            // References may still bind this memory: the last of them (or this one) frees it.
+            place.adopt(parts);
+            return;
+        }
+        if shared.may_be_recorded(&parts) {
             let mut state = shared.lock();
-            // Submission points advance the epoch under this lock, so the answer cannot
-            // change while it is held.
-            if shared.must_hold(&parts) {
-                state.held.push(*parts);
+            // Submission points release held blocks under this lock after closing
+            // recordings, so asking again here cannot miss one.
+            if shared.may_be_recorded(&parts) {
+                shared.hold(&mut state, *parts);
             } else {
                 free_to_engine(&mut state, *parts);
             }
@@ -144,22 +170,73 @@ impl PoolShared {
         }
     }
 
-    /// Whether a dropped block must wait for the next submission point: it was exposed in
-    /// the current epoch and the pool holds such blocks back.
+    /// Whether an open recording may name the block: it must then be held back.
     #[inline]
-    pub fn must_hold(&self, parts: &BlockParts) -> bool {
-        self.free_timing == FreeTiming::AfterSubmit
-            && parts.exposed_in.load(Ordering::Acquire) == self.epoch.load(Ordering::Acquire)
+    pub fn may_be_recorded(&self, parts: &BlockParts) -> bool {
+        self.holds_for_recordings() && self.submissions.recordings.may_name(&parts.exposure)
     }
 
-    /// A submission point: commands recorded so far are submitted, so blocks held back
-    /// until now are freed, and blocks exposed so far may be freed at once when dropped.
-    pub fn submission_point(&self) {
+    /// Holds a dropped block back until the recordings that exposed it are submitted, and
+    /// warns or refuses allocations past the held limit.
+    pub fn hold(&self, state: &mut PoolState, parts: BlockParts) {
+        state.held_bytes += parts.capacity;
+        state.held.push(parts);
+        self.submissions.count_held(1, 0);
+        let Some(limit) = self.held_limit else {
+            return;
+        };
+        if state.held_bytes <= limit {
+            return;
+        }
+        if self.held_limit_action == HeldLimitAction::Error {
+            self.over_held_limit.store(true, Ordering::Release);
+        }
+        if !state.held_warned {
+            state.held_warned = true;
+            log::warn!(
+                "{}: {} in {} dropped blocks wait for their recorded commands to be submitted, \
+                 over the held limit of {}. {}",
+                self.label,
+                bytes(state.held_bytes),
+                state.held.len(),
+                bytes(limit),
+                MISSING_SUBMIT
+            );
+        }
+    }
+
+    /// Frees the held blocks that no open recording may name.
+    pub fn release_held(&self) {
         let mut state = self.lock();
-        self.epoch.fetch_add(1, Ordering::AcqRel);
+        if state.held.is_empty() {
+            return;
+        }
+        // Taken under the state lock: every held block's span was set before it was pushed,
+        // so before this snapshot; recordings opened after it have larger tickets than any
+        // such span.
+        let open = self.submissions.recordings.open_tickets();
         let held = std::mem::take(&mut state.held);
+        let mut released = 0;
         for parts in held {
-            free_to_engine(&mut state, parts);
+            if open.may_name(&parts.exposure) {
+                state.held.push(parts);
+            } else {
+                state.held_bytes -= parts.capacity;
+                released += 1;
+                free_to_engine(&mut state, parts);
+            }
+        }
+        self.submissions.count_held(0, released);
+        if let Some(limit) = self.held_limit
+            && state.held_bytes <= limit / 2
+        {
+            state.held_warned = false;
+        }
+        if self
+            .held_limit
+            .is_none_or(|limit| state.held_bytes <= limit)
+        {
+            self.over_held_limit.store(false, Ordering::Release);
         }
     }
 
@@ -219,6 +296,14 @@ impl PoolShared {
         Ok(state.host.as_mut().expect("just made"))
     }
 }
+
+/// What to do when dropped blocks pile up waiting for a submission point that never comes.
+pub(crate) const MISSING_SUBMIT: &str = "Commands that use them were recorded on some thread \
+     that has not reached a submission point: submit them through Pool::submit, or call \
+     Pool::mark_submitted (or wgpool::pool::mark_submitted(&device)) after queue.submit, on \
+     the thread that recorded them. If another thread submits its command buffers, hand the \
+     recording over with Pool::take_recording, or call Pool::mark_all_submitted once \
+     everything recorded so far is submitted.";
 
 /// Returns a block to the engine that handed it out.
 pub(crate) fn free_to_engine(state: &mut PoolState, parts: BlockParts) {

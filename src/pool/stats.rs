@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::pool_shared::PoolState;
 use super::{Pool, Residency};
 use crate::engine::{MemoryStats, SegmentId, SegmentSnapshot};
-use crate::format::bytes;
+use crate::format::{bytes, count, quoted};
 
 impl Pool {
     /// A copy of the device statistics, with PyTorch's keys and meanings.
@@ -58,15 +58,19 @@ impl Pool {
         self.memory_stats().reserved_bytes.all.peak
     }
 
-    /// Bytes of dropped blocks that wait for the next submission point (see
+    /// Bytes of dropped blocks that wait for a submission point (see
     /// [`FreeTiming`](super::FreeTiming)); they are still counted as allocated.
     pub fn held_bytes(&self) -> u64 {
+        self.shared.lock().held_bytes
+    }
+
+    /// Bytes of dropped (or moved) blocks whose memory a [`BlockRef`](super::BlockRef) still
+    /// keeps, for example that of a [`PoolBindGroup`](super::PoolBindGroup) still alive; they
+    /// are still counted as allocated.
+    pub fn referenced_bytes(&self) -> u64 {
         self.shared
-            .lock()
-            .held
-            .iter()
-            .map(|parts| parts.capacity)
-            .sum()
+            .referenced_bytes
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Sets every peak statistic to its current value.
@@ -98,32 +102,46 @@ impl Pool {
         let mut out = state.engine.memory_summary();
         let usage = state.memory.usage_report();
         out.push_str(&format!(
-            "memory mode: {} ({}); device memory {} in {} allocations\n",
+            "memory mode: {} ({}); device memory {} in {}\n",
             usage.mode,
             state.mode_reason,
             bytes(usage.device_bytes),
-            usage.allocations
+            count(usage.allocations, "allocation", "allocations")
         ));
         if !state.held.is_empty() {
-            let held: u64 = state.held.iter().map(|parts| parts.capacity).sum();
             out.push_str(&format!(
-                "{} dropped blocks ({}) wait for Pool::submit or Pool::mark_submitted before \
-                 they are freed\n",
-                state.held.len(),
-                bytes(held)
+                "{} ({}) wait for their recorded commands to be submitted before they are \
+                 freed ({} open on the device)\n",
+                count(state.held.len() as u64, "dropped block", "dropped blocks"),
+                bytes(state.held_bytes),
+                count(
+                    self.shared.submissions.recordings.open_count() as u64,
+                    "recording",
+                    "recordings"
+                ),
+            ));
+        }
+        let referenced = self.referenced_bytes();
+        if referenced > 0 {
+            out.push_str(&format!(
+                "{} of dropped or moved blocks are kept by bind groups or prepared kernels \
+                 that still bind them\n",
+                bytes(referenced)
             ));
         }
         if state.host_overflows > 0 {
             out.push_str(&format!(
-                "{} requests were served from host memory (overflow:host)\n",
-                state.host_overflows
+                "{} served from host memory (overflow:host)\n",
+                count(state.host_overflows, "request was", "requests were")
             ));
         }
         if !state.labels.is_empty() {
             out.push_str("live labelled blocks:\n");
-            for (label, count, block_bytes) in by_label(&state) {
+            for (label, blocks, block_bytes) in by_label(&state) {
                 out.push_str(&format!(
-                    "  {label}: {count} blocks, {}\n",
+                    "  {}: {}, {}\n",
+                    quoted(&label),
+                    count(blocks, "block", "blocks"),
                     bytes(block_bytes)
                 ));
             }
@@ -220,23 +238,33 @@ fn by_label(state: &PoolState) -> Vec<(String, u64, u64)> {
 pub(super) fn leak_report(state: &PoolState) -> Option<String> {
     let device = state.engine.memory_stats();
     let host = state.host.as_ref().map(|host| host.engine.memory_stats());
-    let count = device.allocation.all.current + host.map_or(0, |h| h.allocation.all.current);
-    if count == 0 {
+    let live = device.allocation.all.current + host.map_or(0, |h| h.allocation.all.current);
+    if live == 0 {
         return None;
     }
     let total =
         device.allocated_bytes.all.current + host.map_or(0, |h| h.allocated_bytes.all.current);
-    let mut out = format!("{count} blocks ({}) are still allocated", bytes(total));
+    let mut out = format!(
+        "{} ({}) {} still allocated",
+        count(live, "block", "blocks"),
+        bytes(total),
+        if live == 1 { "is" } else { "are" }
+    );
     let mut labelled = (0u64, 0u64);
     for (label, blocks, block_bytes) in by_label(state) {
-        out.push_str(&format!("; {label}: {blocks} ({})", bytes(block_bytes)));
+        out.push_str(&format!(
+            "; {}: {} ({})",
+            quoted(&label),
+            count(blocks, "block", "blocks"),
+            bytes(block_bytes)
+        ));
         labelled.0 += blocks;
         labelled.1 += block_bytes;
     }
-    if labelled.0 < count {
+    if labelled.0 < live {
         out.push_str(&format!(
             "; unlabelled: {} ({})",
-            count - labelled.0,
+            count(live - labelled.0, "block", "blocks"),
             bytes(total.saturating_sub(labelled.1))
         ));
     }

@@ -165,9 +165,13 @@ impl std::fmt::Debug for DownloadTicket {
 /// Checks a download of the first `len` bytes of `block`.
 pub(crate) fn check_download(
     what: &'static str,
+    device: &wgpu::Device,
     block: &Block,
     len: u64,
 ) -> Result<(), StagingError> {
+    if !block.is_on(device) {
+        return Err(StagingError::ForeignDevice { what });
+    }
     if len > block.size() {
         return Err(StagingError::BeyondBlock {
             what,
@@ -197,7 +201,7 @@ pub(crate) fn download_into(
     block: &Block,
     dst: &mut [u8],
 ) -> Result<(), StagingError> {
-    check_download("download_into", block, dst.len() as u64)?;
+    check_download("download_into", &shared.device, block, dst.len() as u64)?;
     shared.counters.downloaded(dst.len() as u64);
     if dst.is_empty() {
         return Ok(());
@@ -227,7 +231,7 @@ pub(crate) fn download_async(
     block: &Block,
 ) -> Result<DownloadTicket, StagingError> {
     let len = block.size();
-    check_download("download_async", block, len)?;
+    check_download("download_async", &shared.device, block, len)?;
     shared.counters.downloaded(len);
     let mut out = Vec::new();
     if len > 0 {

@@ -8,8 +8,18 @@ use crate::gpu::scope::CaughtError;
 /// Every variant says what was wrong and what is allowed. Bad input never panics and never
 /// leaves the pool in a state later calls trip on: the check happens before anything is
 /// copied or submitted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StagingError {
+    /// The block belongs to a pool on another device than the staging pool's.
+    #[error(
+        "{what}: the block belongs to a pool on another device; a staging pool moves data only \
+         to and from blocks of pools on its own device"
+    )]
+    ForeignDevice {
+        /// The operation, for example `upload`.
+        what: &'static str,
+    },
     /// More bytes than the destination holds.
     #[error(
         "{what}: {len} bytes do not fit into {destination} of {} ({capacity} bytes); \
@@ -163,3 +173,5 @@ impl From<wgpu::PollError> for StagingError {
         StagingError::Poll(error.to_string())
     }
 }
+
+crate::error_debug::debug_as_message!(StagingError);

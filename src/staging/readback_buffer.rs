@@ -167,7 +167,7 @@ impl ReadbackBuffer {
     /// [`StagingPool::download_to_readback`](super::StagingPool::download_to_readback)).
     pub(crate) fn download(&mut self, block: &Block) -> Result<(), StagingError> {
         let what = "download_to_readback";
-        check_download(what, block, block.size())?;
+        check_download(what, &self.shared.device, block, block.size())?;
         if block.size() > self.len {
             return Err(StagingError::TooLong {
                 what,

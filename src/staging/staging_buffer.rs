@@ -182,7 +182,12 @@ impl StagingBuffer {
     /// The block must hold `len()` bytes, and `len()` must be a multiple of 4 unless it is
     /// the block's whole size.
     pub fn upload_to(&mut self, block: &Block) -> Result<(), StagingError> {
-        check_upload("StagingBuffer::upload_to", block, self.len)?;
+        check_upload(
+            "StagingBuffer::upload_to",
+            &self.shared.device,
+            block,
+            self.len,
+        )?;
         self.wait()?;
         self.shared.counters.uploaded(self.len);
         if self.len == 0 {

@@ -60,9 +60,13 @@ impl std::fmt::Debug for UploadTicket {
 /// Checks an upload of `len` bytes into the start of `block`.
 pub(crate) fn check_upload(
     what: &'static str,
+    device: &wgpu::Device,
     block: &Block,
     len: u64,
 ) -> Result<(), StagingError> {
+    if !block.is_on(device) {
+        return Err(StagingError::ForeignDevice { what });
+    }
     if len > block.size() {
         return Err(StagingError::TooLong {
             what,
@@ -101,7 +105,7 @@ pub(crate) fn upload(
     block: &Block,
     data: &[u8],
 ) -> Result<UploadTicket, StagingError> {
-    check_upload("upload", block, data.len() as u64)?;
+    check_upload("upload", &shared.device, block, data.len() as u64)?;
     let len = data.len() as u64;
     let mut flights = Vec::new();
     if len > 0 {

@@ -46,7 +46,7 @@ impl std::fmt::Display for Position {
 
 /// A trace that cannot be read or replayed. Messages quote at most a short excerpt of the
 /// input, however long the offending field is.
-#[derive(Debug, Error)]
+#[derive(Error)]
 pub enum TraceError {
     /// The input is malformed at `position`.
     #[error("{position}: {message}")]
@@ -134,3 +134,5 @@ mod tests {
         );
     }
 }
+
+crate::error_debug::debug_as_message!(TraceError);

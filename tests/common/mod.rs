@@ -105,3 +105,41 @@ pub fn pattern_bytes(seed: u32, bytes: u64) -> Vec<u8> {
     out.truncate(bytes as usize);
     out
 }
+
+/// Warnings logged through the `log` crate in this test binary.
+pub struct CapturedLog(Mutex<Vec<String>>);
+
+impl CapturedLog {
+    /// Every warning logged so far, oldest first.
+    pub fn lines(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+impl log::Log for CapturedLog {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(record.args().to_string());
+    }
+    fn flush(&self) {}
+}
+
+/// The test binary's logger, installed on first use: it keeps every warning. Tests share it,
+/// so each looks only for its own lines (by the pool label the message starts with).
+pub fn captured_log() -> &'static CapturedLog {
+    static LOG: OnceLock<&'static CapturedLog> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let sink: &'static CapturedLog = Box::leak(Box::new(CapturedLog(Mutex::default())));
+        log::set_logger(sink).expect("the only logger of this test binary");
+        log::set_max_level(log::LevelFilter::Warn);
+        sink
+    })
+}

@@ -1,0 +1,127 @@
+//! [`BlockRef`]: a reference that keeps a block's memory from serving another request while
+//! it lives, as a wgpu bind group keeps its buffers alive.
+//!
+//! A bind group names memory, not a [`Block`] handle: it can be recorded again long after
+//! the block that it was built from is dropped. [`PoolBindGroup`](super::PoolBindGroup) and
+//! [`PreparedKernel`](crate::kernels::PreparedKernel) therefore hold a `BlockRef` for each
+//! block they bind. The memory returns to the pool only when the block is dropped **and**
+//! every reference to it is gone, and then under the usual rule for recorded commands
+//! (see [`FreeTiming`](super::FreeTiming)): recordings that used a reference count as
+//! recordings that exposed the block.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use super::block::BlockParts;
+use super::pool_shared::PoolShared;
+use super::recordings::ExposureSpan;
+use super::{Block, Residency};
+
+/// A reference to the memory of a [`Block`]: while one exists, that memory serves no other
+/// block, even after the block is dropped or moved elsewhere by
+/// [`Pool::offload`](super::Pool::offload) or [`Pool::prefetch`](super::Pool::prefetch).
+///
+/// Cheap to clone. Take one with [`Block::reference`] when you build your own bind group from
+/// [`Block::binding`] and keep it beside the bind group, calling [`mark_used`](Self::mark_used)
+/// whenever you record the group; [`PoolBindGroup`](super::PoolBindGroup) does both for you.
+#[derive(Clone)]
+pub struct BlockRef {
+    place: Arc<SharedPlace>,
+}
+
+/// A block's place shared between its handle and its references.
+pub(crate) struct SharedPlace {
+    pool: Arc<PoolShared>,
+    /// What the place holds once the handle let go of it (dropped, or moved the block away).
+    parts: Mutex<Option<Box<BlockParts>>>,
+    /// The recordings that used a reference.
+    exposure: ExposureSpan,
+    /// The bytes of the place, for the pool's count of memory kept by references.
+    capacity: u64,
+    residency: Residency,
+}
+
+impl Block {
+    /// A reference that keeps this block's memory from reuse while it lives (see
+    /// [`BlockRef`]). The first call per block allocates a small shared record; later calls
+    /// only count a reference.
+    pub fn reference(&self) -> BlockRef {
+        let parts = self.parts();
+        let place = parts.share.get_or_init(|| {
+            Arc::new(SharedPlace {
+                pool: self.shared().clone(),
+                parts: Mutex::new(None),
+                exposure: ExposureSpan::default(),
+                capacity: parts.capacity,
+                residency: parts.residency,
+            })
+        });
+        BlockRef {
+            place: place.clone(),
+        }
+    }
+}
+
+impl BlockRef {
+    /// Notes that the calling thread is recording commands that use the referenced memory
+    /// (a bind group that binds it): once the block is dropped, its memory waits for this
+    /// thread's next submission point, as for a block whose binding was taken.
+    #[inline]
+    pub fn mark_used(&self) {
+        let place = &*self.place;
+        if place.pool.holds_for_recordings() {
+            place
+                .exposure
+                .include(place.pool.submissions.recordings.thread_ticket());
+        }
+    }
+
+    /// Whether the referenced memory belongs to a pool on `device`.
+    pub fn is_on(&self, device: &wgpu::Device) -> bool {
+        self.place.pool.submissions.key.matches(device)
+    }
+
+    /// The bytes the referenced block spans.
+    pub fn capacity(&self) -> u64 {
+        self.place.capacity
+    }
+}
+
+impl std::fmt::Debug for BlockRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockRef")
+            .field("capacity", &self.place.capacity)
+            .field("residency", &self.place.residency)
+            .finish()
+    }
+}
+
+impl SharedPlace {
+    /// Takes the parts of the place from the block's handle, which lets go of it; the last
+    /// reference to drop frees them.
+    pub fn adopt(&self, parts: Box<BlockParts>) {
+        self.pool
+            .referenced_bytes
+            .fetch_add(self.capacity, Ordering::AcqRel);
+        *self.parts.lock().unwrap_or_else(|e| e.into_inner()) = Some(parts);
+    }
+}
+
+impl Drop for SharedPlace {
+    fn drop(&mut self) {
+        let parts = self
+            .parts
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        // Every reference is gone; the handle let go of the place before its own reference
+        // dropped, so the parts are here.
+        if let Some(parts) = parts {
+            self.pool
+                .referenced_bytes
+                .fetch_sub(self.capacity, Ordering::AcqRel);
+            parts.exposure.merge(&self.exposure);
+            PoolShared::release(self.pool.clone(), parts);
+        }
+    }
+}
