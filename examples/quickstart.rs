@@ -16,8 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = Pool::from_context(&gpu, Config::from_env()?)?;
     let kernels = Kernels::new(gpu.device(), gpu.queue());
 
-    // Three blocks of 1 Mi floats (4 MiB each): large-pool blocks that share one 20 MiB
-    // segment, at different offsets.
+    // Three blocks of 1 Mi floats (4 MiB each), large-pool blocks at different offsets of one
+    // segment: with fixed segments a 20 MiB buffer; in pages mode (the default where the
+    // device maps pages) an address range with pages mapped only where the blocks are.
     let n = 1 << 20;
     let b = pool.alloc(4 * n)?;
     let c = pool.alloc(4 * n)?;
@@ -28,7 +29,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     pool.write(&c, bytemuck::cast_slice(&values_c))?;
 
     // STREAM triad on pool blocks: a = b + 3 * c, recorded, then submitted through the pool
-    // (a submission point: blocks dropped from now on return to the pool at once).
+    // (a submission point for this thread: blocks it dropped after recording them are freed,
+    // and blocks dropped from now on return to the pool at once).
     let mut encoder = gpu.device().create_command_encoder(&Default::default());
     kernels.record(
         &mut encoder,

@@ -191,13 +191,20 @@ fn text_report(file: &std::path::Path, format: &str, report: &ReplayReport) -> S
         report.peak_reserved_bytes
     ));
     line(format!("reserved / live    {:.4}", report.ratio));
+    // Pages mode counts maps and unmaps where fixed segments count segments, as PyTorch's
+    // num_device_alloc and num_device_free do.
+    let (created, released) = if report.mode == "pages" {
+        ("maps              ", "unmaps            ")
+    } else {
+        ("segments created  ", "segments released ")
+    };
     line(format!(
-        "segments created   {} ({}, {:.2}x peak live)",
+        "{created} {} ({}, {:.2}x peak live)",
         report.segments_created,
         bytes(report.segment_bytes_created),
         report.churn
     ));
-    line(format!("segments released  {}", report.segments_released));
+    line(format!("{released} {}", report.segments_released));
     line(format!(
         "alloc retries      {}   out-of-memory: {}",
         report.num_alloc_retries, report.num_ooms

@@ -23,10 +23,11 @@ pub struct MemorySample {
     pub reserved: u64,
     /// Bytes of mapped pages, for a page-mapped pool (0 with fixed segments).
     pub mapped: u64,
-    /// Segments created in the bucket.
-    pub segments_created: u32,
-    /// Segments released in the bucket.
-    pub segments_released: u32,
+    /// Device allocations in the bucket, as PyTorch's `num_device_alloc` counts them:
+    /// segments created, or in pages mode maps.
+    pub device_allocs: u32,
+    /// Device frees in the bucket (`num_device_free`): segments released, or unmaps.
+    pub device_frees: u32,
 }
 
 /// A [`ReplayObserver`] that records an [`EventLog`] (time: the operation's index), the
@@ -129,13 +130,13 @@ impl ReplayObserver for ReplayRecorder {
 
     fn on_segment_create(&mut self, id: SegmentId, size: u64, _kind: SegmentKind) {
         let op = self.op;
-        self.sample_mut(op).segments_created += 1;
+        self.sample_mut(op).device_allocs += 1;
         self.log.segment_created(id, size, self.stream, op);
     }
 
     fn on_segment_release(&mut self, id: SegmentId, size: u64) {
         let op = self.op;
-        self.sample_mut(op).segments_released += 1;
+        self.sample_mut(op).device_frees += 1;
         self.log.segment_released(id, size, op);
     }
 
@@ -148,11 +149,15 @@ impl ReplayObserver for ReplayRecorder {
     }
 
     fn on_map(&mut self, id: SegmentId, runs: &[Range<u64>]) {
+        let op = self.op;
+        self.sample_mut(op).device_allocs += 1;
         self.log.pages(Action::SegmentMap, id, runs, self.op);
         self.mapped += runs.iter().map(|r| r.end - r.start).sum::<u64>();
     }
 
     fn on_unmap(&mut self, id: SegmentId, runs: &[Range<u64>]) {
+        let op = self.op;
+        self.sample_mut(op).device_frees += 1;
         self.log.pages(Action::SegmentUnmap, id, runs, self.op);
         let unmapped: u64 = runs.iter().map(|r| r.end - r.start).sum();
         self.mapped = self.mapped.saturating_sub(unmapped);

@@ -1,5 +1,5 @@
-//! Memory over a replay: live, allocated and reserved bytes, the peak, and the segments
-//! created and released.
+//! Memory over a replay: live, allocated and reserved bytes, the peak, and the device
+//! allocations and frees (segments created and released, or pages mapped and unmapped).
 
 use plotters::prelude::*;
 
@@ -33,9 +33,10 @@ const RELEASED: RGBColor = RGBColor(214, 39, 40);
 /// Draws the curves as an SVG document.
 ///
 /// The series are named in the legend (`reserved`, `mapped pages` for a page-mapped pool,
-/// `allocated`, `live (requested)`,
-/// `segments created`, `segments released`), and the peak of reserved memory is marked with
-/// its value.
+/// `allocated`, `live (requested)`, then `segments created` and `segments released` with
+/// fixed segments or `maps` and `unmaps` with pages, each with its total, which is the
+/// replay report's `segments_created` / `segments_released`), and the peak of reserved
+/// memory is marked with its value, below the legend.
 pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
     if curves.samples.is_empty() {
         return Err(PlotError::Empty("the replay has no operations"));
@@ -50,7 +51,9 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
     let (unit, unit_name) = byte_unit(max);
     let y = |b: u64| b as f64 / unit;
     let x_end = curves.ops.max(1) as f64;
-    let y_end = y(max) * 1.35;
+    // Headroom above the highest curve: the legend (up to six entries, about the top
+    // quarter of the plot) and the peak label, which sits just above the peak, never meet.
+    let y_end = y(max) * 1.6;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
@@ -105,18 +108,22 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
                 });
         }
 
-        // Segments created and released: ticks along the bottom, one per bucket with any.
+        // Device allocations and frees (segments, or in pages mode maps and unmaps, as
+        // PyTorch counts them): ticks along the bottom, one per bucket with any.
         let tick = y_end * 0.035;
+        let (created, released) = if paged {
+            ("maps", "unmaps")
+        } else {
+            ("segments created", "segments released")
+        };
         for (name, color, base, count) in [
             (
-                "segments created",
+                created,
                 CREATED,
                 0.0,
-                (|s| s.segments_created) as fn(&MemorySample) -> u32,
+                (|s| s.device_allocs) as fn(&MemorySample) -> u32,
             ),
-            ("segments released", RELEASED, tick * 1.2, |s| {
-                s.segments_released
-            }),
+            (released, RELEASED, tick * 1.2, |s| s.device_frees),
         ] {
             let total: u64 = curves.samples.iter().map(|s| count(s) as u64).sum();
             chart
@@ -178,8 +185,51 @@ mod tests {
             allocated: live,
             reserved: mapped.max(live) + (4 << 20),
             mapped,
-            segments_created: u32::from(op == 0),
-            segments_released: 0,
+            device_allocs: u32::from(op == 0),
+            device_frees: 0,
+        }
+    }
+
+    /// The number in `attribute="..."` of the first tag of `svg` that contains `marker`.
+    fn attribute(svg: &str, marker: &str, attribute: &str) -> f64 {
+        let at = svg.find(marker).expect("marker");
+        let tag_start = svg[..at].rfind('<').expect("tag");
+        let tag = &svg[tag_start..];
+        let key = format!("{attribute}=\"");
+        let value = &tag[tag.find(&key).expect("attribute") + key.len()..];
+        value[..value.find('"').expect("quote")]
+            .parse()
+            .expect("number")
+    }
+
+    /// The peak label starts below the legend's box (SVG y grows downwards).
+    fn assert_label_below_legend(svg: &str) {
+        let border = "fill=\"none\" stroke=\"#000000\"";
+        let legend_bottom = attribute(svg, border, "y") + attribute(svg, border, "height");
+        let label_top = attribute(svg, ">\npeak reserved", "y");
+        assert!(
+            label_top >= legend_bottom,
+            "label at {label_top} overlaps the legend ending at {legend_bottom}"
+        );
+    }
+
+    #[test]
+    fn the_peak_label_never_overlaps_the_legend() {
+        // Peaks early, in the middle and late, where the label goes right or left of it.
+        for peak_op in [1u64, 50, 99] {
+            let samples: Vec<MemorySample> = (0..100)
+                .map(|op| {
+                    let live = if op == peak_op { 64 << 20 } else { 8 << 20 };
+                    sample(op, live, live)
+                })
+                .collect();
+            let curves = MemoryCurves {
+                title: "peaks".into(),
+                samples: &samples,
+                ops: 100,
+                peak_reserved: (samples[peak_op as usize].reserved, peak_op),
+            };
+            assert_label_below_legend(&render_memory_svg(&curves).unwrap());
         }
     }
 
@@ -195,12 +245,18 @@ mod tests {
         let svg = render_memory_svg(&curves).unwrap();
         assert!(svg.contains("mapped pages"), "{svg}");
         assert!(svg.contains("peak reserved 8.00 MiB at op 1"));
+        assert!(svg.contains("maps (1, ticks)") && svg.contains("unmaps (0, ticks)"));
+        assert!(!svg.contains("segments created"));
+        assert_label_below_legend(&svg);
         let fixed = [sample(0, 1 << 20, 0), sample(1, 3 << 20, 0)];
         let curves = MemoryCurves {
             samples: &fixed,
             ..curves
         };
-        assert!(!render_memory_svg(&curves).unwrap().contains("mapped pages"));
+        let svg = render_memory_svg(&curves).unwrap();
+        assert!(!svg.contains("mapped pages"));
+        assert!(svg.contains("segments created (1, ticks)"));
+        assert_label_below_legend(&svg);
         let empty = MemoryCurves {
             samples: &[],
             ..curves
