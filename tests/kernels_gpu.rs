@@ -756,6 +756,21 @@ fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
         assert_eq!(pool.conf, wgpool::bench::DEFAULT_POOL_CONF);
         assert!(pool.memory_mode_reason.contains(&reason), "{pool:?}");
     }
+    // What the device's capabilities kept out is named, with the capability's reason.
+    let mut omitted = Vec::new();
+    if !caps.f16.is_available() {
+        omitted.push(wgpool::bench::Omission {
+            what: "kernels copy_f16, triad_f16".into(),
+            reason: caps.f16.text().into(),
+        });
+    }
+    if !host {
+        omitted.push(wgpool::bench::Omission {
+            what: "placement host".into(),
+            reason: caps.host_overflow.text().into(),
+        });
+    }
+    assert_eq!(report.omitted, omitted);
     for row in &report.kernels {
         assert!(
             row.verified && row.gbps > 0.0 && row.median_ns > 0.0,
@@ -795,6 +810,7 @@ fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
         "size_bytes",
         "pools",
         "kernels",
+        "omitted",
         "moves",
         "alloc",
     ] {
