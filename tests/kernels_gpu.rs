@@ -8,8 +8,9 @@ mod common;
 use wgpool::bench::half::{f16_bits_from_f32, f32_from_f16_bits};
 use wgpool::bench::rng::SplitMix64;
 use wgpool::bench::timing::{RunCounts, Timer, TimingMethod};
+use wgpool::gpu::sparse::adapter_page_mapping;
 use wgpool::gpu::transfer::{read_region, write_region};
-use wgpool::gpu::{GpuContext, HeadlessOptions};
+use wgpool::gpu::{GpuContext, HeadlessOptions, Support};
 use wgpool::kernels::{
     Access, Dtype, Kernel, KernelCall, KernelError, KernelOptions, Kernels, Operand, checksum,
     pattern_word,
@@ -701,9 +702,14 @@ fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
     let mut steps = 0;
     let mut sources = default_sources(ctx).expect("placements");
     let placements = sources.len();
+    // raw and pool, and host where kernels can bind host memory (lavapipe and NVIDIA; not GL).
+    let caps = ctx.capabilities();
+    let host = caps.host_overflow.is_available();
     assert_eq!(
-        placements, 3,
-        "raw, pool and host (lavapipe has MAPPABLE_PRIMARY_BUFFERS)"
+        placements,
+        2 + usize::from(host),
+        "{:?}",
+        caps.host_overflow
     );
     let report = run_bench(ctx, &config, &mut sources, &mut |event| {
         if let wgpool::bench::BenchEvent::Step { .. } = event {
@@ -714,23 +720,45 @@ fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
     let supported = Kernels::new(ctx.device(), ctx.queue()).supported().len() - 1; // not move
     assert_eq!(report.kernels.len(), placements * supported);
     assert_eq!(steps, placements * supported + 3);
-    // The report says what the pool placements ran: pages on this device by default.
+    // The report says what the pool placements ran: pages by default where the device maps
+    // them (lavapipe 25, NVIDIA), fixed segments elsewhere (GL), with the reason.
     let pools: Vec<(&str, MemoryMode)> = report
         .pools
         .iter()
         .map(|p| (p.placement.as_str(), p.memory_mode))
         .collect();
+    let mode = if caps.page_mapping.is_available() {
+        MemoryMode::Pages
+    } else {
+        MemoryMode::Segments
+    };
     assert_eq!(
         pools,
-        [("pool", MemoryMode::Pages), ("host", MemoryMode::Pages)]
+        [("pool", mode), ("host", mode)][..1 + usize::from(host)]
     );
+    let reason = match &caps.page_mapping {
+        Support::Yes { .. } => "sparse binding".to_string(),
+        Support::No { .. } => ctx.page_mapping().unwrap_err().reason,
+    };
     for pool in &report.pools {
         assert_eq!(pool.conf, wgpool::bench::DEFAULT_POOL_CONF);
-        assert!(
-            pool.memory_mode_reason.contains("sparse binding"),
-            "{pool:?}"
-        );
+        assert!(pool.memory_mode_reason.contains(&reason), "{pool:?}");
     }
+    // What the device's capabilities kept out is named, with the capability's reason.
+    let mut omitted = Vec::new();
+    if !caps.f16.is_available() {
+        omitted.push(wgpool::bench::Omission {
+            what: "kernels copy_f16, triad_f16".into(),
+            reason: caps.f16.text().into(),
+        });
+    }
+    if !host {
+        omitted.push(wgpool::bench::Omission {
+            what: "placement host".into(),
+            reason: caps.host_overflow.text().into(),
+        });
+    }
+    assert_eq!(report.omitted, omitted);
     for row in &report.kernels {
         assert!(
             row.verified && row.gbps > 0.0 && row.median_ns > 0.0,
@@ -738,10 +766,13 @@ fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
         );
         // Host operands share one host segment buffer (they are small-pool blocks at this
         // size): inputs are then declared read_write, but only kernels that read and write
-        // data operands need it (the result word is separate). Page-mapped pool operands
-        // reach their range through wrappers of their own, so they stay read-only.
+        // data operands need it (the result word is separate). So do pool operands in fixed
+        // segments (GL). Page-mapped pool operands reach their range through wrappers of
+        // their own, so they stay read-only.
         let reads_and_writes = ["copy", "scale", "add", "triad"].contains(&row.name.as_str());
-        let expected_access = if row.placement == "host" && reads_and_writes {
+        let shared_buffer =
+            row.placement == "host" || (row.placement == "pool" && mode == MemoryMode::Segments);
+        let expected_access = if shared_buffer && reads_and_writes {
             "read_write"
         } else {
             "read_only"
@@ -767,12 +798,20 @@ fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
         "size_bytes",
         "pools",
         "kernels",
+        "omitted",
         "moves",
         "alloc",
     ] {
         assert!(json.get(key).is_some(), "report JSON lacks {key}");
     }
-    assert_eq!(json["pools"][0]["memory_mode"], "pages");
+    assert_eq!(
+        json["pools"][0]["memory_mode"],
+        if mode == MemoryMode::Pages {
+            "pages"
+        } else {
+            "segments"
+        }
+    );
     assert!(json["alloc"].is_null());
     for key in ["name", "backend", "device_type", "driver", "driver_info"] {
         assert!(json["adapter"][key].is_string(), "adapter.{key}");
@@ -876,20 +915,49 @@ fn cli_info_json_lists_adapters_with_limits_and_memory() {
         Some(ctx.limits().max_storage_buffer_binding_size)
     );
     assert!(mine["features"].as_array().is_some_and(|f| !f.is_empty()));
-    // The memory mode pools get there: lavapipe 25 maps pages.
-    let facts = ctx
-        .page_mapping()
-        .expect("the test device maps pages")
-        .facts();
-    assert_eq!(mine["page_mapping"]["mode"], "pages");
+    // The memory mode pools get there: pages on lavapipe 25 and NVIDIA, segments on GL.
+    match ctx.page_mapping() {
+        Ok(sparse) => {
+            let facts = sparse.facts();
+            assert_eq!(mine["page_mapping"]["mode"], "pages");
+            assert_eq!(
+                mine["page_mapping"]["address_space"].as_u64(),
+                Some(facts.address_space)
+            );
+            assert_eq!(
+                mine["page_mapping"]["own_bind_queue"].as_bool(),
+                Some(facts.own_queue)
+            );
+        }
+        Err(_) => {
+            // The adapter's reason: `info` opens no device.
+            let why = adapter_page_mapping(ctx.adapter()).unwrap_err();
+            assert_eq!(mine["page_mapping"]["mode"], "segments");
+            assert_eq!(mine["page_mapping"]["reason"], why.reason.as_str());
+        }
+    }
+    // The capabilities are the device's, as the library states them.
+    let caps = serde_json::to_value(ctx.capabilities()).unwrap();
+    for key in [
+        "backend",
+        "page_mapping",
+        "host_overflow",
+        "timestamps",
+        "f16",
+        "memory_heaps",
+        "memory_budget",
+        "binding_limits",
+    ] {
+        assert_eq!(
+            mine["capabilities"][key]["available"], caps[key]["available"],
+            "capabilities.{key}"
+        );
+    }
     assert_eq!(
-        mine["page_mapping"]["address_space"].as_u64(),
-        Some(facts.address_space)
+        mine["capabilities"]["binding_limits"],
+        caps["binding_limits"]
     );
-    assert_eq!(
-        mine["page_mapping"]["own_bind_queue"].as_bool(),
-        Some(facts.own_queue)
-    );
+    assert_eq!(mine["capabilities"]["backend"], caps["backend"]);
     if ctx.info().backend == wgpu::Backend::Vulkan {
         assert!(
             mine["memory"]["heaps"]
@@ -913,16 +981,31 @@ fn cli_info_names_the_memory_mode_of_each_adapter() {
     let text = String::from_utf8_lossy(&out.stdout);
     let header = text.find("adapter ").expect("an adapter section");
     let features = text.find("  features (").expect("a feature list");
-    let address_space = ctx.page_mapping().unwrap().facts().address_space;
-    let line = format!(
-        "  memory mode   pages (Vulkan sparse binding; {} address space",
-        wgpool::format::bytes(address_space)
-    );
+    let line = match ctx.page_mapping() {
+        Ok(sparse) => format!(
+            "  memory mode   pages (Vulkan sparse binding; {} address space",
+            wgpool::format::bytes(sparse.facts().address_space)
+        ),
+        Err(_) => format!(
+            "  memory mode   segments ({})",
+            adapter_page_mapping(ctx.adapter()).unwrap_err().reason
+        ),
+    };
     let mode = text
         .find(&line)
-        .unwrap_or_else(|| panic!("the test device maps pages:\n{text}"));
+        .unwrap_or_else(|| panic!("{line:?} is missing:\n{text}"));
     assert!(header < features && features < mode, "{text}");
     assert_eq!(text.matches("memory mode").count(), 1, "{text}");
+    // Each capability on a line of its own, between the features and the memory mode.
+    let section = text
+        .find("  capabilities (what pools get here):")
+        .expect("a capabilities section");
+    assert!(features < section && section < mode, "{text}");
+    for (name, support) in ctx.capabilities().rows() {
+        let answer = if support.is_available() { "yes" } else { "no " };
+        let row = format!("    {name:<15} {answer}");
+        assert!(text.contains(&row), "{row:?} is missing:\n{text}");
+    }
 }
 
 #[test]
@@ -946,14 +1029,23 @@ fn cli_bench_kernels_subset_prints_a_table() {
             .filter(|l| l.split_whitespace().next() == Some(name) && l.contains(" yes"))
             .count()
     };
-    // raw, pool and host placements (lavapipe can bind host memory).
-    assert_eq!(rows("copy"), 3, "{stdout}");
-    assert_eq!(rows("checksum"), 3, "{stdout}");
+    // raw, pool and, where kernels can bind host memory (lavapipe, not GL), host placements.
+    let caps = common::gpu().capabilities();
+    let placements = 2 + usize::from(caps.host_overflow.is_available());
+    assert_eq!(rows("copy"), placements, "{stdout}");
+    assert_eq!(rows("checksum"), placements, "{stdout}");
     assert!(stdout.contains("alloc + free of a cached"), "{stdout}");
     assert!(stdout.contains("copy_buffer_to_buffer"), "{stdout}");
     assert!(stdout.contains("seed 0x5"), "{stdout}");
+    let mode = if caps.page_mapping.is_available() {
+        "pages"
+    } else {
+        "segments"
+    };
     assert!(
-        stdout.contains("pool      pages memory, conf policy:pytorch,expandable_segments:auto"),
+        stdout.contains(&format!(
+            "pool      {mode} memory, conf policy:pytorch,expandable_segments:auto"
+        )),
         "{stdout}"
     );
 }
@@ -977,7 +1069,8 @@ fn cli_bench_conf_chooses_the_pool_placements_memory_mode() {
     assert_ok(&out);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bench --json");
     let pools = json["pools"].as_array().expect("pools");
-    assert_eq!(pools.len(), 2, "{pools:?}");
+    let host = common::gpu().capabilities().host_overflow.is_available();
+    assert_eq!(pools.len(), 1 + usize::from(host), "{pools:?}");
     for pool in pools {
         assert_eq!(pool["memory_mode"], "segments", "{pool}");
         assert_eq!(pool["conf"], "expandable_segments:False", "{pool}");

@@ -1,5 +1,5 @@
-//! The README carries the option table exactly as the parser's table renders it, and the test
-//! command that CI runs.
+//! The README carries the option table exactly as the parser's table renders it, the test
+//! command that CI runs, and the GL test script CI runs after it.
 
 const README: &str = include_str!("../README.md");
 const CI: &str = include_str!("../.ci/run");
@@ -59,4 +59,16 @@ fn ci_runs_the_readme_test_command() {
         readme_commands[0].contains("bench"),
         "the first command runs the benchmark"
     );
+}
+
+#[test]
+fn ci_runs_the_gl_tests_the_readme_describes() {
+    assert!(
+        CI.lines().any(|line| line.trim() == "./scripts/test-gl"),
+        ".ci/run runs scripts/test-gl"
+    );
+    let backends = between(README, "## Backends", "## Non-goals");
+    for name in ["scripts/test-gl", "scripts/setup-gl", "scripts/gl-excluded"] {
+        assert!(backends.contains(name), "the Backends section names {name}");
+    }
 }

@@ -43,5 +43,5 @@ pub mod transfers;
 pub use error::BenchError;
 pub use placement::{BufferRegion, OperandSet, OperandSource, RawBuffers};
 pub use pool_placement::{DEFAULT_POOL_CONF, PoolBlocks};
-pub use report::{BenchReport, KernelResult, MoveResult, PlacementPool};
+pub use report::{BenchReport, KernelResult, MoveResult, Omission, PlacementPool};
 pub use run::{BenchConfig, BenchEvent, default_sources, default_sources_with, run_bench};

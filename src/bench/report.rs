@@ -33,6 +33,11 @@ pub struct BenchReport {
     pub pools: Vec<PlacementPool>,
     /// One row per kernel and placement, in run order.
     pub kernels: Vec<KernelResult>,
+    /// What the run left out because the device lacks what it needs (kernels without
+    /// `SHADER_F16`, the `host` placement without `MAPPABLE_PRIMARY_BUFFERS`), each with the
+    /// reason from [`BackendCapabilities`](crate::gpu::BackendCapabilities); empty where
+    /// nothing was left out.
+    pub omitted: Vec<Omission>,
     /// In-device move rates.
     pub moves: MoveResult,
     /// Pool allocation latency ([`alloc_latency::AllocLatency`](super::alloc_latency::AllocLatency)); `wgpool bench` always fills it.
@@ -86,6 +91,15 @@ pub struct MoveResult {
     pub kernel_same_buffer_gbps: f64,
     /// All three moves produced exact copies before timing.
     pub verified: bool,
+}
+
+/// Part of the benchmark that did not run on this device, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Omission {
+    /// What was left out (`kernels copy_f16, triad_f16`, `placement host`).
+    pub what: String,
+    /// Why: the capability the device lacks, in its own words.
+    pub reason: String,
 }
 
 /// The pool behind one placement.

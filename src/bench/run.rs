@@ -14,7 +14,7 @@ use super::error::BenchError;
 use super::placement::{OperandSet, OperandSource, RawBuffers, create_operand_buffer};
 use super::pool_placement::PoolBlocks;
 use super::reference::{self, FILL_WORD, PATTERN_SEED, SCALAR};
-use super::report::{BenchReport, KernelResult, MoveResult};
+use super::report::{BenchReport, KernelResult, MoveResult, Omission};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -203,10 +203,57 @@ pub fn run_bench(
         copy_peak_gbps: peak,
         pools: sources.iter().filter_map(|s| s.pool()).collect(),
         kernels: rows.into_iter().map(|r| r.result).collect(),
+        omitted: omissions(ctx, &kernels, config, sources),
         moves,
         alloc: None,
         transfers: None,
     })
+}
+
+/// What the device's missing capabilities kept out of the run: unsupported kernels (when
+/// the kernels were not chosen by name) and the `host` placement.
+fn omissions(
+    ctx: &GpuContext,
+    kernels: &Kernels,
+    config: &BenchConfig,
+    sources: &[Box<dyn OperandSource>],
+) -> Vec<Omission> {
+    let capabilities = ctx.capabilities();
+    let mut out = Vec::new();
+    let unsupported: Vec<Kernel> = Kernel::ALL
+        .into_iter()
+        .filter(|&k| config.kernels.is_none() && !kernels.supports(k))
+        .collect();
+    // One omission per set of missing features; f16 is the only one the kernels need today.
+    let mut features: Vec<wgpu::Features> = Vec::new();
+    for kernel in &unsupported {
+        if !features.contains(&kernel.required_features()) {
+            features.push(kernel.required_features());
+        }
+    }
+    for needed in features {
+        let names: Vec<String> = unsupported
+            .iter()
+            .filter(|k| k.required_features() == needed)
+            .map(|k| format!("{}_{}", k.name(), k.dtype().as_str()))
+            .collect();
+        let reason = if needed == wgpu::Features::SHADER_F16 {
+            capabilities.f16.text().to_string()
+        } else {
+            format!("they need {needed:?}, which the device lacks")
+        };
+        out.push(Omission {
+            what: format!("kernels {}", names.join(", ")),
+            reason,
+        });
+    }
+    if !capabilities.host_overflow.is_available() && !sources.iter().any(|s| s.name() == "host") {
+        out.push(Omission {
+            what: "placement host".to_string(),
+            reason: capabilities.host_overflow.text().to_string(),
+        });
+    }
+    out
 }
 
 fn check_uncaptured(ctx: &GpuContext, during: &str) -> Result<(), BenchError> {

@@ -37,6 +37,9 @@ pub fn render(report: &BenchReport) -> String {
             pool.placement, pool.memory_mode, pool.conf, pool.memory_mode_reason
         );
     }
+    for omission in &report.omitted {
+        let _ = writeln!(out, "not run   {}: {}", omission.what, omission.reason);
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,

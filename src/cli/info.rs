@@ -1,12 +1,12 @@
-//! `wgpool info [--json] [--adapter NAME]`: adapters, limits, features, memory heaps and
-//! budget.
+//! `wgpool info [--json] [--adapter NAME]`: adapters, limits, features, what pools get on
+//! each (capabilities), memory heaps and budget.
 
 use serde::Serialize;
 use wgpool::format::bytes;
 use wgpool::gpu::sparse::{AdapterPageMapping, adapter_page_mapping};
 use wgpool::gpu::{
-    AdapterSummary, DeviceMemoryInfo, GpuError, HeadlessOptions, create_instance,
-    enumerate_adapters,
+    AdapterSummary, BackendCapabilities, DeviceMemoryInfo, GpuError, HeadlessOptions,
+    create_instance, enumerate_adapters,
 };
 
 use super::{Failure, output};
@@ -129,6 +129,8 @@ struct AdapterReport {
     device_id: u32,
     limits: KeyLimits,
     features: Vec<&'static str>,
+    /// What pools on a device opened by wgpool get here, and why not.
+    capabilities: BackendCapabilities,
     /// `null` off Vulkan (there is no portable memory query).
     memory: Option<MemoryReport>,
     /// Whether pools on a device opened by wgpool map pages, and why not.
@@ -200,6 +202,7 @@ pub fn run(args: InfoArgs) -> Result<(), Failure> {
                     .iter_names()
                     .map(|(name, _)| name)
                     .collect(),
+                capabilities: BackendCapabilities::of_adapter(adapter),
                 memory: DeviceMemoryInfo::query(adapter).map(|info| MemoryReport {
                     device_local_bytes: info.device_local_bytes(),
                     info,
@@ -310,6 +313,22 @@ fn render_adapter(r: &AdapterReport) -> String {
     for chunk in r.features.chunks(3) {
         println(format!("    {}", chunk.join(", ")));
     }
+    println("  capabilities (what pools get here):".to_string());
+    for (name, support) in r.capabilities.rows() {
+        let answer = if support.is_available() { "yes" } else { "no" };
+        println(format!("    {name:<15} {answer:<4} {}", support.text()));
+    }
+    let b = &r.capabilities.binding_limits;
+    println(format!(
+        "    {:<15} {:<4} buffer {}, storage binding {}, offset alignment {} B, {} storage \
+         buffers per stage",
+        "binding_limits",
+        "",
+        bytes(b.max_buffer_size),
+        bytes(b.max_storage_buffer_binding_size),
+        b.min_storage_buffer_offset_alignment,
+        b.max_storage_buffers_per_shader_stage
+    ));
     // Into the adapter's own text (it once went straight to stdout, ahead of its adapter).
     match (&r.page_mapping.support, &r.page_mapping.reason) {
         (Some(s), _) => println(format!(

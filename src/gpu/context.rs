@@ -142,6 +142,12 @@ impl GpuContext {
         super::sparse::sparse_device(&self.device)
     }
 
+    /// What pools on this device get (page mapping, host overflow, timestamps, f16, memory
+    /// heaps and budget, binding limits), and why not where they do not.
+    pub fn capabilities(&self) -> super::capabilities::BackendCapabilities {
+        super::capabilities::BackendCapabilities::of_device(&self.adapter, &self.device)
+    }
+
     /// Memory heaps, and budget where the driver reports it. `None` off Vulkan.
     pub fn memory_info(&self) -> Option<DeviceMemoryInfo> {
         DeviceMemoryInfo::query(&self.adapter)

@@ -4,11 +4,14 @@
 //!   the `WGPU_*` environment variables, with the adapter's own limits and an error handler
 //!   that records instead of panicking.
 //! - [`DeviceMemoryInfo`]: Vulkan memory heaps, budget and usage.
+//! - [`BackendCapabilities`]: what a pool gets on an adapter or device (page mapping, host
+//!   overflow, timestamps, f16, memory heaps and budget, binding limits), and why not.
 //! - [`transfer`]: upload and readback of buffer regions (tests and benchmarks).
 //! - [`scope`]: running a closure under wgpu error scopes.
 //! - [`sparse`]: page mapping with Vulkan sparse binding.
 
 mod adapter_summary;
+mod capabilities;
 mod context;
 mod error;
 mod error_log;
@@ -25,6 +28,7 @@ pub mod sparse;
 pub mod transfer;
 
 pub use adapter_summary::{AdapterSummary, device_type_name};
+pub use capabilities::{BackendCapabilities, BindingLimits, Support};
 pub use context::{
     GpuContext, HeadlessOptions, OPTIONAL_FEATURES, create_instance, enumerate_adapters,
 };
