@@ -284,7 +284,10 @@ pub const OPTIONS: &[OptionSpec] = &[
         allowed: "an integer number of MiB, from 10 to 2097151 (2 TiB, the largest segment)",
         meaning: "Size of a new segment for a large-pool request under 10 MiB (PyTorch's \
                   kLargeBuffer). Small-pool segments are 2 MiB; requests of 10 MiB or more get \
-                  a segment of their own size rounded up to 2 MiB.",
+                  a segment of their own size rounded up to 2 MiB. With `policy:pytorch` in \
+                  pages mode it is also the large pool's page. A segment or page above the \
+                  device's largest (its `max_buffer_size`, or its largest page-mapped range) \
+                  is clamped to that.",
         apply: |c, v| {
             c.large_segment_size = parse_mib_in(v.scalar()?, 10, MAX_SIZE_MB)?;
             Ok(())
