@@ -1,4 +1,4 @@
-//! Human-readable byte counts for messages and tables.
+//! Human-readable byte counts, and input quoted visibly, for messages and tables.
 
 /// Formats a byte count with a binary unit: `512 B`, `1.50 KiB`, `20.00 MiB`, `8.74 GiB`.
 ///
@@ -18,4 +18,29 @@ pub fn bytes(n: u64) -> String {
         unit += 1;
     }
     format!("{value:.2} {}", UNITS[unit])
+}
+
+/// `text` as an error message quotes it: every character a reader could not see escaped as
+/// Rust writes it (`\u{feff}` for a byte-order mark, `\u{200b}`, `\t`, `\u{a0}` for a
+/// no-break space), and backslashes doubled so that an escape written in the input reads as
+/// itself. Quotes are kept.
+///
+/// ```
+/// use wgpool::format::visible;
+/// assert_eq!(visible("\u{feff}alloc"), "\\u{feff}alloc");
+/// assert_eq!(visible("1\t2 \"é\""), "1\\t2 \"é\"");
+/// assert_eq!(visible("a\\u{feff}"), "a\\\\u{feff}");
+/// ```
+pub fn visible(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' | '"' => out.push(c),
+            // Hangul fillers: printable to Unicode, yet drawn as nothing.
+            '\u{115f}' | '\u{1160}' | '\u{3164}' | '\u{ffa0}' => out.extend(c.escape_unicode()),
+            c => out.extend(c.escape_debug()),
+        }
+    }
+    out
 }

@@ -1243,6 +1243,33 @@ fn syntax_errors_are_refused_with_where_and_why() {
     );
 }
 
+/// Issue 25: what a message quotes of the input shows invisible characters escaped (a
+/// zero-width space, a byte-order mark, a no-break space), so that `policy` and
+/// `\u{200b}policy` do not read alike; the error keeps the text as written.
+#[test]
+fn invisible_characters_in_a_configuration_are_quoted_escaped() {
+    let refused = |conf: &str| -> String {
+        let message = Config::parse(conf).unwrap_err().to_string();
+        assert!(
+            !message.contains(['\u{200b}', '\u{feff}', '\u{a0}']),
+            "`{conf}`: {message}"
+        );
+        message
+    };
+    let message = refused("\u{200b}policy:pytorch");
+    assert!(message.contains("`\\u{200b}policy`"), "{message}");
+    assert!(matches!(
+        Config::parse("\u{feff}policy:pytorch"),
+        Err(ConfigError::UnknownKey { key, .. }) if key == "\u{feff}policy"
+    ));
+    let message = refused("policy:py\u{a0}torch");
+    assert!(message.contains("`py\\u{a0}torch`"), "{message}");
+    let message = refused("roundup_power2_divisions:[2\u{200b}56:1]");
+    assert!(message.contains("`2\\u{200b}56`"), "{message}");
+    let message = refused("policy\u{feff}");
+    assert!(message.contains("`policy\\u{feff}`"), "{message}");
+}
+
 /// A list key of 2^44 MiB and more overflows `mb << 20`: the parser accepts it, but the
 /// bound becomes 0 and `to_conf_string` writes `0:2`, which does not parse back.
 #[test]

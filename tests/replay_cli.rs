@@ -416,6 +416,28 @@ fn byte_order_marks_and_lone_cr_line_endings_are_accepted() {
     assert_eq!(u(&report, "peak_reserved_bytes"), 2 * MIB);
 }
 
+/// Issue 25: one leading byte-order mark is skipped, as UTF-8 readers do; a second one is
+/// part of the first field, and the message shows it escaped (it was quoted invisibly, as
+/// "unknown action `alloc`").
+#[test]
+fn a_second_byte_order_mark_is_quoted_escaped() {
+    let path =
+        std::env::temp_dir().join(format!("wgpool-replay-cli-{}-bom2.csv", std::process::id()));
+    std::fs::write(&path, "\u{feff}\u{feff}alloc,1,1000,0\nfree,1,1000,0\n").unwrap();
+    let trace = TraceFile(path);
+    let stderr = bad_input(&["replay", trace.0.to_str().unwrap()], None);
+    assert!(
+        stderr.contains("unknown action `\\u{feff}alloc`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("line 1"), "{stderr}");
+    assert!(!stderr.contains('\u{feff}'), "{stderr}");
+    // One mark, without a header: the trace replays.
+    std::fs::write(&trace.0, "\u{feff}alloc,1,1000,0\nfree,1,1000,0\n").unwrap();
+    let report = replay_json(&trace, Some("policy:pytorch"), &[]);
+    assert_eq!(u(&report, "ops"), 2);
+}
+
 /// Issue 25: without a GPU the engine models an H200's 1 TiB ranges; a large page above
 /// that (`large_segment_size_mb:1048577`) is clamped to it, where it failed with "range of
 /// ... is not a multiple of 65536 B up to 1099511627776 B", which named no option.

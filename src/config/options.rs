@@ -118,8 +118,12 @@ fn apply_roundup(config: &mut Config, value: &RawValue) -> Result<(), String> {
                     rest = Some(divisions);
                     continue;
                 }
-                let mb = parse_u64(key)
-                    .map_err(|_| format!("interval key `{key}` is not an integer"))?;
+                let mb = parse_u64(key).map_err(|_| {
+                    format!(
+                        "interval key `{}` is not an integer",
+                        crate::format::visible(key)
+                    )
+                })?;
                 if mb == 0 || !mb.is_power_of_two() {
                     return Err(format!("interval key {mb} MiB is not a power of two"));
                 }
