@@ -1,4 +1,4 @@
-//! Human-readable byte counts for messages and tables.
+//! Human-readable byte counts, and input quoted visibly, for messages and tables.
 
 /// Formats a byte count with a binary unit: `512 B`, `1.50 KiB`, `20.00 MiB`, `8.74 GiB`.
 ///
@@ -31,13 +31,38 @@ pub fn count(n: u64, singular: &str, plural: &str) -> String {
 }
 
 /// A user-given text (a block label) quoted for a one-line message: in double quotes, with
-/// quotes, backslashes, newlines and other control characters escaped as in Rust literals, so
-/// that a label cannot break a line of a report or pass for report text.
+/// what [`visible`] escapes escaped and quotes escaped too, so that a label can neither break
+/// a line of a report nor pass for report text.
 ///
 /// ```
 /// assert_eq!(wgpool::format::quoted("weights"), "\"weights\"");
 /// assert_eq!(wgpool::format::quoted("a\"b\nc"), r#""a\"b\nc""#);
 /// ```
 pub fn quoted(text: &str) -> String {
-    format!("{text:?}")
+    format!("\"{}\"", visible(text).replace('"', "\\\""))
+}
+
+/// `text` as an error message quotes it: every character a reader could not see escaped as
+/// Rust writes it (`\u{feff}` for a byte-order mark, `\u{200b}`, `\t`, `\u{a0}` for a
+/// no-break space), and backslashes doubled so that an escape written in the input reads as
+/// itself. Quotes are kept.
+///
+/// ```
+/// use wgpool::format::visible;
+/// assert_eq!(visible("\u{feff}alloc"), "\\u{feff}alloc");
+/// assert_eq!(visible("1\t2 \"é\""), "1\\t2 \"é\"");
+/// assert_eq!(visible("a\\u{feff}"), "a\\\\u{feff}");
+/// ```
+pub fn visible(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' | '"' => out.push(c),
+            // Hangul fillers: printable to Unicode, yet drawn as nothing.
+            '\u{115f}' | '\u{1160}' | '\u{3164}' | '\u{ffa0}' => out.extend(c.escape_unicode()),
+            c => out.extend(c.escape_debug()),
+        }
+    }
+    out
 }

@@ -11,7 +11,7 @@ use wgpool::config::{
 };
 use wgpool::engine::{
     AllocError, Allocation, Engine, EngineError, EngineLimits, MemoryMode, MemoryStats, OomCause,
-    SegmentId, SegmentKind, VirtualSegments,
+    PageMapping, SegmentId, SegmentKind, VirtualSegments,
 };
 
 const KIB: u64 = 1 << 10;
@@ -687,6 +687,59 @@ fn large_segment_size_sets_the_segment_for_medium_requests() {
     assert_eq!((b.offset, pool.stats().num_device_alloc), (2 * MIB, 1));
 }
 
+/// Issue 25: a segment or page larger than the device's largest is clamped to it, in both
+/// memory modes. On lavapipe's sparse binding (4 KiB pages, ranges up to 2 GiB less 4 KiB)
+/// `large_segment_size_mb:2048` once asked for a 2 GiB range, one byte above the device's
+/// `max_buffer_size`, and the request failed with an internal error; without a GPU,
+/// `large_segment_size_mb:1048577` did the same on the modelled H200 (1 TiB ranges).
+#[test]
+fn large_segment_size_above_the_device_limit_is_clamped_to_it() {
+    let lavapipe = PageMapping::new(4 * KIB, 2 * GIB - 4 * KIB).with_range(64 * MIB);
+    let on_lavapipe = [2047, 2048, 2049, 4096, 2_097_151].map(|mb| (mb, lavapipe));
+    let on_h200 = [1_048_576, 1_048_577, 2_097_151].map(|mb| (mb, VirtualSegments::H200_PAGES));
+    for (mb, pages) in on_lavapipe.into_iter().chain(on_h200) {
+        for mode in ["True", "False"] {
+            let conf =
+                format!("policy:pytorch,expandable_segments:{mode},large_segment_size_mb:{mb}");
+            let limits = EngineLimits::unlimited()
+                .with_page_mapping(Some(pages))
+                .with_max_segment_size(pages.max_range);
+            let mut pool = Pool::with_limits(&conf, limits);
+            // The device refuses (as an error other than out-of-memory) any range or
+            // segment above its largest, or not whole pages.
+            pool.device = VirtualSegments::unlimited().with_pages(Some(pages));
+            let a = pool.alloc(40 * MIB);
+            let b = pool.alloc(40 * MIB);
+            let largest = pages.max_range;
+            if mode == "True" {
+                let page = pool.engine.page_size(SegmentKind::Large).unwrap();
+                assert_eq!(page, (mb * MIB).min(largest), "`{conf}`");
+            }
+            for segment in pool.engine.snapshot() {
+                assert!(segment.size <= largest, "`{conf}`: {}", segment.size);
+            }
+            pool.free(a);
+            pool.free(b);
+        }
+    }
+}
+
+/// A source whose largest range is below its page cannot map a page: the engine keeps fixed
+/// segments (`auto`) or refuses pages (`True`), instead of reserving a range above the
+/// largest.
+#[test]
+fn a_source_whose_largest_range_holds_no_page_cannot_map_pages() {
+    let tiny = PageMapping::new(64 * KIB, 32 * KIB);
+    let limits = EngineLimits::unlimited().with_page_mapping(Some(tiny));
+    let auto = Engine::new(Config::parse("expandable_segments:auto").unwrap(), limits).unwrap();
+    assert_eq!(auto.memory_mode(), MemoryMode::Segments);
+    let error = Engine::new(Config::parse("expandable_segments:True").unwrap(), limits);
+    assert!(
+        matches!(error, Err(EngineError::PagesUnavailable)),
+        "{error:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // expandable_segments
 // ---------------------------------------------------------------------------------------
@@ -1188,6 +1241,33 @@ fn syntax_errors_are_refused_with_where_and_why() {
         Config::parse(" policy : pytorch , max_split_size_mb : 64 "),
         Config::parse("policy:pytorch,max_split_size_mb:64")
     );
+}
+
+/// Issue 25: what a message quotes of the input shows invisible characters escaped (a
+/// zero-width space, a byte-order mark, a no-break space), so that `policy` and
+/// `\u{200b}policy` do not read alike; the error keeps the text as written.
+#[test]
+fn invisible_characters_in_a_configuration_are_quoted_escaped() {
+    let refused = |conf: &str| -> String {
+        let message = Config::parse(conf).unwrap_err().to_string();
+        assert!(
+            !message.contains(['\u{200b}', '\u{feff}', '\u{a0}']),
+            "`{conf}`: {message}"
+        );
+        message
+    };
+    let message = refused("\u{200b}policy:pytorch");
+    assert!(message.contains("`\\u{200b}policy`"), "{message}");
+    assert!(matches!(
+        Config::parse("\u{feff}policy:pytorch"),
+        Err(ConfigError::UnknownKey { key, .. }) if key == "\u{feff}policy"
+    ));
+    let message = refused("policy:py\u{a0}torch");
+    assert!(message.contains("`py\\u{a0}torch`"), "{message}");
+    let message = refused("roundup_power2_divisions:[2\u{200b}56:1]");
+    assert!(message.contains("`2\\u{200b}56`"), "{message}");
+    let message = refused("policy\u{feff}");
+    assert!(message.contains("`policy\\u{feff}`"), "{message}");
 }
 
 /// A list key of 2^44 MiB and more overflows `mb << 20`: the parser accepts it, but the

@@ -1556,7 +1556,10 @@ fn page_setup_strategy(limited: bool) -> impl Strategy<Value = PageSetup> {
                 .prop_map(|v| format!("per_process_memory_fraction:{v}"))
                 .boxed(),
         ),
-        prop::option::weighted(0.2, 10u64..=128).prop_map(keyed("large_segment_size_mb")),
+        // Up to four times the small device's largest range (256 MiB): a large page above
+        // it is clamped to it (issue 25).
+        prop::option::weighted(0.2, prop_oneof![4 => 10u64..=128, 1 => 200u64..=1024])
+            .prop_map(keyed("large_segment_size_mb")),
         prop::option::weighted(0.1, Just("native")).prop_map(keyed("backend")),
         prop::option::weighted(0.1, prop_oneof![Just("none"), Just("host")])
             .prop_map(keyed("overflow")),

@@ -1,8 +1,10 @@
 //! Property-based fuzzing that stays in CI (issue 15): `Config::parse`, every trace reader,
-//! and the engine under random extreme configurations. No input may panic, and every refusal
-//! is a clear, short error.
+//! the engine under random extreme configurations, and the `wgpool replay` command with and
+//! without `--gpu` (issue 25). No input may panic, and every refusal is a clear, short error.
 //!
-//! Each target runs `WGPOOL_FUZZ_CASES` cases (default 10,000). A longer run by hand:
+//! Each in-process target runs `WGPOOL_FUZZ_CASES` cases (default 10,000); the command runs
+//! a five-hundredth of that without a GPU and as many with `--gpu` (20 runs each by default:
+//! about 3 seconds on lavapipe, most of it the engine's timed replays). A longer run by hand:
 //! `WGPOOL_FUZZ_CASES=1000000 cargo test --release --test fuzz`.
 
 use proptest::prelude::*;
@@ -19,8 +21,12 @@ fn cases() -> u32 {
 }
 
 fn runner() -> TestRunner {
+    runner_of(cases())
+}
+
+fn runner_of(cases: u32) -> TestRunner {
     TestRunner::new(RunnerConfig {
-        cases: cases(),
+        cases,
         failure_persistence: Some(Box::new(FileFailurePersistence::Off)),
         ..RunnerConfig::default()
     })
@@ -264,5 +270,166 @@ fn the_engine_under_extreme_configurations_never_panics() {
             engine.check_invariants().map_err(TestCaseError::fail)?;
             Ok(())
         })
+        .unwrap();
+}
+
+/// A configuration for the command: options at and around the device's limits (lavapipe's
+/// largest range is 2 GiB less 4 KiB; the modelled H200's 1 TiB), caps, both memory modes,
+/// and now and then garbled text.
+fn command_conf() -> impl Strategy<Value = String> {
+    let policy = proptest::sample::select(vec!["", "policy:pytorch", "policy:compact"]);
+    let mode = proptest::sample::select(vec![
+        "",
+        "expandable_segments:True",
+        "expandable_segments:False",
+        "expandable_segments:auto",
+    ]);
+    let extra = proptest::collection::vec(
+        prop_oneof![
+            proptest::sample::select(vec![
+                10u64, 20, 2047, 2048, 2049, 4096, 1_048_576, 1_048_577, 2_097_151
+            ])
+            .prop_map(|v| format!("large_segment_size_mb:{v}")),
+            (10u64..=4096).prop_map(|v| format!("large_segment_size_mb:{v}")),
+            (1u64..4096).prop_map(|v| format!("memory_limit_mb:{v}")),
+            (0.0f64..=1.0).prop_map(|v| format!("per_process_memory_fraction:{v:.3}")),
+            (20u64..=2_097_151).prop_map(|v| format!("max_split_size_mb:{v}")),
+            Just("roundup_power2_divisions:[256:1,512:2,>:8]".to_string()),
+            (0.01f64..0.99).prop_map(|v| format!("garbage_collection_threshold:{v:.3}")),
+            Just("overflow:host".to_string()),
+            Just("backend:passthrough".to_string()),
+            (0.0f64..=100.0).prop_map(|v| format!("compact_recycle_rate:{v:.2}")),
+        ],
+        0..3,
+    );
+    prop_oneof![
+        8 => (policy, mode, extra).prop_map(|(policy, mode, extra)| {
+            let mut parts: Vec<String> = [policy, mode]
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .map(String::from)
+                .collect();
+            parts.extend(extra);
+            parts.join(",")
+        }),
+        1 => conf(),
+    ]
+}
+
+/// A small trace for the command: sizes at the device's limits and beyond, frees of live
+/// blocks (now and then of a block that is not live), refused requests, and now and then
+/// byte-order marks or a header.
+fn command_trace() -> impl Strategy<Value = String> {
+    // Mostly sizes up to 2 GiB (log-uniform), so that about half the traces replay whole.
+    let size = prop_oneof![
+        12 => (0u32..=31).prop_flat_map(|bits| 0u64..=(1 << bits)),
+        1 => proptest::sample::select(vec![(1u64 << 31) - 1, 1 << 31, 1 << 32]),
+        1 => proptest::sample::select(vec![1u64 << 40, (1 << 41) + 1, u64::MAX]),
+    ];
+    // (action, size, which live block): 0 and 1 allocate, 2 frees, 3 is refused.
+    let op = (0u8..4, size, any::<prop::sample::Index>());
+    let head = prop_oneof![
+        6 => Just(""),
+        2 => Just("action,id,size,stream\n"),
+        1 => Just("\u{feff}"),
+        1 => Just("\u{feff}\u{feff}"),
+    ];
+    let stale_free = proptest::bool::weighted(0.05);
+    (head, proptest::collection::vec(op, 1..10), stale_free).prop_map(|(head, ops, stale)| {
+        let mut rows = Vec::new();
+        let mut live: Vec<u32> = Vec::new();
+        for (id, (action, size, which)) in (1u32..).zip(ops) {
+            match action {
+                2 if !live.is_empty() => {
+                    let id = live.swap_remove(which.index(live.len()));
+                    rows.push(format!("free,{id},0,0"));
+                }
+                3 => rows.push(format!("oom,{id},{size},0")),
+                _ => {
+                    rows.push(format!("alloc,{id},{size},0"));
+                    live.push(id);
+                }
+            }
+        }
+        if stale {
+            rows.push("free,999,0,0".to_string());
+        }
+        format!("{head}{}\n", rows.join("\n"))
+    })
+}
+
+/// Runs `wgpool replay` on `trace` under `conf` with `extra` and checks the exit-code
+/// contract: 0, or 2 with a short message that is neither a panic nor an internal error of
+/// the memory layer; never 1 (internal failures), never a signal.
+fn check_command(trace: &str, conf: &str, extra: &[&str]) -> Result<(), TestCaseError> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "wgpool-fuzz-{}-{}.csv",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&path, trace).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wgpool"))
+        .arg("replay")
+        .arg(&path)
+        // An argument cannot hold a NUL byte.
+        .arg("--json")
+        .arg(format!("--conf={}", conf.replace('\0', " ")))
+        .args(extra)
+        .env_remove("WGPOOL_CONF")
+        .output()
+        .expect("the wgpool binary runs");
+    let _ = std::fs::remove_file(&path);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let what = format!("replay {extra:?} --conf {conf:?} of {trace:?}");
+    match output.status.code() {
+        Some(0) => {
+            let report: Result<serde_json::Value, _> = serde_json::from_slice(&output.stdout);
+            prop_assert!(
+                report.is_ok_and(|r| r.is_object()),
+                "{what}: stdout is not one JSON object"
+            );
+        }
+        Some(2) => {
+            prop_assert!(stderr.starts_with("wgpool: "), "{what}: {stderr}");
+            prop_assert!(stderr.len() < 3000, "{what}: {} bytes", stderr.len());
+            for internal in [
+                "panicked",
+                "invalid page operation",
+                "segment source failed",
+            ] {
+                prop_assert!(!stderr.contains(internal), "{what}: {stderr}");
+            }
+        }
+        other => prop_assert!(false, "{what}: exit {other:?}: {stderr}"),
+    }
+    Ok(())
+}
+
+/// Runs of the command per target: each is a process.
+fn command_cases() -> u32 {
+    (cases() / 500).max(1)
+}
+
+#[test]
+fn the_replay_command_exits_0_or_2() {
+    runner_of(command_cases())
+        .run(&(command_trace(), command_conf()), |(trace, conf)| {
+            check_command(&trace, &conf, &[])
+        })
+        .unwrap();
+}
+
+/// The same through a real pool on the test adapter (lavapipe in CI), at scale 1 (sizes at
+/// the device's limits) or divided down.
+#[test]
+fn the_replay_command_on_the_gpu_exits_0_or_2() {
+    let scale = proptest::sample::select(vec!["1", "1", "64"]);
+    runner_of(command_cases())
+        .run(
+            &(command_trace(), command_conf(), scale),
+            |(trace, conf, scale)| check_command(&trace, &conf, &["--gpu", "--scale", scale]),
+        )
         .unwrap();
 }

@@ -1032,6 +1032,54 @@ fn a_block_larger_than_a_range_gets_a_range_of_its_own() {
     pool.check_consistency().unwrap();
 }
 
+/// Issue 25: under `policy:pytorch` in pages mode `large_segment_size_mb` is the large page.
+/// At or above the device's largest range (lavapipe: 2 GiB less 4 KiB, so 2048 MiB is one
+/// byte above its `max_buffer_size`) `Pool::alloc` failed with "invalid page operation";
+/// the page is now clamped to the largest range: blocks are served and hold their bytes, and
+/// only a request above the largest block is refused, as too large.
+#[test]
+fn a_large_page_above_the_largest_range_is_clamped_and_serves_blocks() {
+    // A device of its own: a page of the largest range takes the whole address space.
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let gpu = &*own;
+    let largest = PagedMemory::new(
+        gpu.device(),
+        gpu.queue(),
+        wgpool::pool::DEFAULT_USAGE,
+        "probe",
+        ChunkPolicy::default(),
+    )
+    .expect("the test adapter maps pages")
+    .max_range();
+    let at = largest.div_ceil(1 << 20);
+    for mb in [at, at + 1, 2_097_151] {
+        let conf = format!("policy:pytorch,expandable_segments:True,large_segment_size_mb:{mb}");
+        let pool = pool(gpu, &conf);
+        assert_eq!(pool.memory_mode(), MemoryMode::Pages);
+        let a = pool
+            .alloc(40 << 20)
+            .unwrap_or_else(|e| panic!("{conf}: {e}"));
+        let b = pool
+            .alloc(40 << 20)
+            .unwrap_or_else(|e| panic!("{conf}: {e}"));
+        let (da, db) = (pattern(1, 1 << 20), pattern(2, 1 << 20));
+        pool.write(&a, &da).unwrap();
+        pool.write(&b, &db).unwrap();
+        assert_eq!(pool.read(&a).unwrap()[..da.len()], da[..], "{conf}");
+        assert_eq!(pool.read(&b).unwrap()[..db.len()], db[..], "{conf}");
+        assert!(pool.memory_reserved() <= largest, "{conf}");
+        let max = pool.max_block_size();
+        assert!(max <= largest);
+        let error = pool.alloc(max + 1).unwrap_err();
+        assert!(
+            matches!(error, AllocError::TooLarge { max: m, .. } if m == max),
+            "{conf}: {error}"
+        );
+        drop((a, b));
+        pool.check_consistency().unwrap();
+    }
+}
+
 /// A pool of `STORAGE | BLAS_INPUT` under `conf`, on a device without ray tracing: wgpu
 /// refuses that usage. The refusal must come back from `alloc` as the source's own error,
 /// with wgpu's validation error as its source, and no cache is released for it.

@@ -322,24 +322,59 @@ fn a_device_size_beyond_64_bits_of_bytes_is_refused() {
     assert_eq!(u(&report, "num_ooms"), 0);
 }
 
-/// F6: a reader that closes the pipe early ends the command quietly.
-#[test]
-fn a_closed_stdout_exits_quietly() {
+/// Runs `wgpool` with `args` and its standard output a pipe whose reading end is closed at
+/// once: before a replay (which runs for at least 200 ms) writes anything.
+fn with_stdout_closed(args: &[&str]) -> Output {
     use std::process::Stdio;
-    let trace = TraceFile::new(MIXED);
     let mut child = Command::new(env!("CARGO_BIN_EXE_wgpool"))
-        .args(["replay", trace.0.to_str().unwrap(), "--json"])
+        .args(args)
         .env_remove("WGPOOL_CONF")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Close the reading end before the replay (which runs for at least 200 ms) prints.
     drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// F6: a reader that closes the pipe early ends the command quietly.
+#[test]
+fn a_closed_stdout_exits_quietly() {
+    let trace = TraceFile::new(MIXED);
+    let out = with_stdout_closed(&["replay", trace.0.to_str().unwrap(), "--json"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
+}
+
+/// Issue 25: an output file that is a pipe whose reader closed it (`--snapshot /dev/stdout
+/// | head -1`) ends the command quietly too, as standard output does; it exited 1 with
+/// "Broken pipe".
+#[test]
+fn an_output_file_on_a_closed_pipe_exits_quietly() {
+    let trace = TraceFile::new(MIXED);
+    for option in ["--snapshot", "--plot"] {
+        let out = with_stdout_closed(&["replay", trace.0.to_str().unwrap(), option, "/dev/stdout"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{option}: {stderr}");
+        assert!(stderr.is_empty(), "{option}: {stderr}");
+    }
+    // Any other failure to write still exits 1, naming the file.
+    let out = wgpool(
+        &[
+            "replay",
+            trace.0.to_str().unwrap(),
+            "--snapshot",
+            "/nonexistent-wgpool-dir/s.pickle",
+        ],
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("/nonexistent-wgpool-dir/s.pickle"),
+        "{stderr}"
+    );
 }
 
 /// F7: a 100 MB field, or an endless input, gives a short error, not a huge line or an
@@ -379,6 +414,42 @@ fn byte_order_marks_and_lone_cr_line_endings_are_accepted() {
     let report = replay_json(&trace, Some("policy:pytorch"), &[]);
     assert_eq!(u(&report, "ops"), 2);
     assert_eq!(u(&report, "peak_reserved_bytes"), 2 * MIB);
+}
+
+/// Issue 25: one leading byte-order mark is skipped, as UTF-8 readers do; a second one is
+/// part of the first field, and the message shows it escaped (it was quoted invisibly, as
+/// "unknown action `alloc`").
+#[test]
+fn a_second_byte_order_mark_is_quoted_escaped() {
+    let path =
+        std::env::temp_dir().join(format!("wgpool-replay-cli-{}-bom2.csv", std::process::id()));
+    std::fs::write(&path, "\u{feff}\u{feff}alloc,1,1000,0\nfree,1,1000,0\n").unwrap();
+    let trace = TraceFile(path);
+    let stderr = bad_input(&["replay", trace.0.to_str().unwrap()], None);
+    assert!(
+        stderr.contains("unknown action `\\u{feff}alloc`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("line 1"), "{stderr}");
+    assert!(!stderr.contains('\u{feff}'), "{stderr}");
+    // One mark, without a header: the trace replays.
+    std::fs::write(&trace.0, "\u{feff}alloc,1,1000,0\nfree,1,1000,0\n").unwrap();
+    let report = replay_json(&trace, Some("policy:pytorch"), &[]);
+    assert_eq!(u(&report, "ops"), 2);
+}
+
+/// Issue 25: without a GPU the engine models an H200's 1 TiB ranges; a large page above
+/// that (`large_segment_size_mb:1048577`) is clamped to it, where it failed with "range of
+/// ... is not a multiple of 65536 B up to 1099511627776 B", which named no option.
+#[test]
+fn a_large_page_above_the_modelled_range_is_clamped_to_it() {
+    let trace = TraceFile::new("alloc,1,41943040,0\nalloc,2,41943040,0\n");
+    for mb in ["1048576", "1048577", "2097151"] {
+        let conf = format!("policy:pytorch,expandable_segments:True,large_segment_size_mb:{mb}");
+        let report = replay_json(&trace, Some(&conf), &[]);
+        assert_eq!(u(&report, "num_ooms"), 0, "{conf}");
+        assert_eq!(u(&report, "peak_reserved_bytes"), 1 << 40, "{conf}");
+    }
 }
 
 /// F9: replay has no device, so a too-large request names the engine's limit (in pages

@@ -1,6 +1,8 @@
 //! `wgpool replay TRACE --gpu`: a trace through a real pool on the test adapter (lavapipe
 //! in CI), in both memory modes.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -27,7 +29,7 @@ fn trace_file() -> PathBuf {
 
 /// The default chunk policy's smallest chunk on the test adapter (1/2048 of its memory).
 fn smallest_chunk() -> u64 {
-    let gpu = wgpool::gpu::GpuContext::headless(&Default::default()).unwrap();
+    let gpu = common::gpu();
     match gpu.page_mapping() {
         Ok(sparse) => {
             let facts = sparse.facts();
@@ -117,5 +119,115 @@ fn scale_needs_gpu_and_a_positive_divisor() {
         assert!(!output.status.success(), "{args:?} should be refused");
         assert!(!String::from_utf8_lossy(&output.stderr).is_empty());
     }
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// `wgpool replay TRACE --gpu` with `extra`, `WGPOOL_CONF` unset: its exit code and
+/// standard error.
+fn replay_gpu_status(trace: &PathBuf, extra: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_wgpool"))
+        .arg("replay")
+        .arg(trace)
+        .arg("--gpu")
+        .args(extra)
+        .env_remove("WGPOOL_CONF")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let code = output.status.code().expect("exited, not killed");
+    (code, stderr)
+}
+
+/// A trace file of `rows` (after the header) in the temporary directory.
+fn rows_file(name: &str, rows: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "wgpool-replay-gpu-{name}-{}.csv",
+        std::process::id()
+    ));
+    std::fs::write(&path, format!("action,id,size,stream\n{rows}")).unwrap();
+    path
+}
+
+/// Issue 25: `large_segment_size_mb` one MiB below the device's largest range, at it (rounded
+/// up to whole MiB) and above it. Under `policy:pytorch` in pages mode it is the large page,
+/// and on lavapipe (largest range 2 GiB less 4 KiB) 2048 once made a range of 2^31 bytes,
+/// one above `max_buffer_size`: the replay exited 1 with "invalid page operation". A page
+/// above the largest range is now clamped to it.
+#[test]
+fn a_large_page_at_or_above_the_largest_range_is_clamped_to_it() {
+    let gpu = common::gpu();
+    let paged = wgpool::gpu::sparse::PagedMemory::new(
+        gpu.device(),
+        gpu.queue(),
+        wgpool::pool::DEFAULT_USAGE,
+        "probe",
+        Default::default(),
+    )
+    .expect("the test adapter maps pages (lavapipe from Mesa 25)");
+    let largest = paged.max_range();
+    let heap = paged.sparse().facts().heap_size;
+    drop(paged);
+    let trace = rows_file("large-page", "alloc,1,41943040,0\nalloc,2,41943040,0\n");
+    let at = largest.div_ceil(MIB);
+    for mb in [at - 1, at, at + 1] {
+        let conf = format!("policy:pytorch,expandable_segments:True,large_segment_size_mb:{mb}");
+        let report = replay_gpu(&trace, &["--conf", &conf]);
+        assert_eq!(report["mode"], "pages", "{conf}: {report}");
+        let reserved = report["peak_reserved_bytes"].as_u64().unwrap();
+        assert!(reserved <= largest, "{conf}: {report}");
+        // Where two such pages fit the device, the one page holds both allocations.
+        if 2 * largest <= heap {
+            assert_eq!(report["num_ooms"], 0, "{conf}: {report}");
+            assert_eq!(reserved, (mb * MIB).min(largest), "{conf}: {report}");
+        }
+    }
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// Issue 25: a request above the largest block the device serves exits 2 (it exited 1), in
+/// both memory modes, and the message names the size and the device's limit, as
+/// `Pool::max_block_size` gives it.
+#[test]
+fn a_request_above_the_device_limit_exits_2_naming_the_size_and_the_limit() {
+    let gpu = common::gpu();
+    let size = (gpu.limits().max_buffer_size + 1).min(1 << 42);
+    let trace = rows_file("too-large", &format!("alloc,1,{size},0\nfree,1,{size},0\n"));
+    for conf in ["expandable_segments:False", "expandable_segments:True"] {
+        let config = wgpool::config::Config::parse(conf).unwrap();
+        let limit = wgpool::pool::Pool::new(gpu.device(), gpu.queue(), config)
+            .unwrap()
+            .max_block_size();
+        assert!(size > limit);
+        let (code, stderr) = replay_gpu_status(&trace, &["--conf", conf], &[]);
+        assert_eq!(code, 2, "{conf}: {stderr}");
+        assert!(
+            stderr.contains(&format!("({size} bytes)")),
+            "{conf}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("({limit} bytes")),
+            "{conf}: {stderr}"
+        );
+        assert!(
+            stderr.contains("line 2") && stderr.contains("--scale"),
+            "{stderr}"
+        );
+    }
+    // The same trace fits once scaled down.
+    let scale = size.div_ceil(64 * MIB).to_string();
+    let (code, stderr) = replay_gpu_status(&trace, &["--scale", &scale], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// The device is chosen by the user's environment: a `WGPU_BACKEND` naming no backend is
+/// bad input (exit 2), as in `bench`.
+#[test]
+fn a_bad_backend_exits_2() {
+    let trace = rows_file("backend", "alloc,1,4096,0\n");
+    let (code, stderr) = replay_gpu_status(&trace, &[], &[("WGPU_BACKEND", "bogus")]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("WGPU_BACKEND"), "{stderr}");
     let _ = std::fs::remove_file(&trace);
 }

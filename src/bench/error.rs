@@ -1,9 +1,11 @@
 //! Why a benchmark run failed.
 
 use crate::bench::timing::TimingError;
+use crate::engine::AllocError;
 use crate::gpu::scope::CaughtError;
 use crate::gpu::transfer::TransferError;
 use crate::kernels::KernelError;
+use crate::pool::PoolError;
 
 /// A failed benchmark. A wrong kernel result is [`BenchError::Verification`]; nothing is
 /// timed after it.
@@ -30,6 +32,24 @@ pub enum BenchError {
         /// wgpu's error.
         #[source]
         source: CaughtError,
+    },
+    /// The pool behind the `pool` and `host` placements could not be created.
+    #[error("the pool of `{conf}`: {source}")]
+    Pool {
+        /// The pool's configuration, in `WGPOOL_CONF` syntax.
+        conf: String,
+        /// The pool's error.
+        #[source]
+        source: Box<PoolError>,
+    },
+    /// A pool block for an operand could not be allocated.
+    #[error("pool block of {size} bytes: {source}")]
+    Alloc {
+        /// The block's size.
+        size: u64,
+        /// The pool's error.
+        #[source]
+        source: Box<AllocError>,
     },
     /// A kernel call was refused or failed.
     #[error(transparent)]

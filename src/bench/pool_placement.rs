@@ -46,7 +46,7 @@ impl PoolBlocks {
     /// Pool blocks from a pool of `config`, resident in device memory (placement `pool`) or
     /// offloaded to host memory (placement `host`, which needs `MAPPABLE_PRIMARY_BUFFERS`).
     /// A configuration the device cannot run (`expandable_segments:True` on a device that
-    /// cannot map pages, say) is [`BenchError::Config`].
+    /// cannot map pages, say) is [`BenchError::Pool`].
     pub fn with_config(
         ctx: &GpuContext,
         config: Config,
@@ -64,8 +64,10 @@ impl PoolBlocks {
             ));
         }
         let conf = config.to_conf_string();
-        let pool = Pool::from_context(ctx, config)
-            .map_err(|e| BenchError::Config(format!("the pool of `{conf}`: {e}")))?;
+        let pool = Pool::from_context(ctx, config).map_err(|source| BenchError::Pool {
+            conf,
+            source: Box::new(source),
+        })?;
         Ok(PoolBlocks { pool, host })
     }
 
@@ -75,9 +77,10 @@ impl PoolBlocks {
     }
 
     fn alloc(&self, size: u64) -> Result<Block, BenchError> {
-        self.pool
-            .alloc(size)
-            .map_err(|e| BenchError::Config(format!("pool block of {size} bytes: {e}")))
+        self.pool.alloc(size).map_err(|source| BenchError::Alloc {
+            size,
+            source: Box::new(source),
+        })
     }
 }
 

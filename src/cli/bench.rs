@@ -8,7 +8,7 @@ use wgpool::bench::{
     BenchConfig, BenchError, BenchEvent, alloc_latency, default_sources_with, run_bench, table,
 };
 use wgpool::config::Config;
-use wgpool::gpu::{GpuContext, GpuError, HeadlessOptions};
+use wgpool::gpu::{GpuContext, HeadlessOptions};
 use wgpool::kernels::{Kernel, KernelError, KernelOptions};
 
 use super::{Failure, output};
@@ -124,15 +124,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         adapter_name: args.adapter.clone(),
         ..HeadlessOptions::default()
     })
-    .map_err(|error| match error {
-        GpuError::NoMatchingAdapter { .. } | GpuError::BadEnvironment { .. } => {
-            Failure::bad_input(error)
-        }
-        other => Failure {
-            message: other.to_string(),
-            exit_code: 1,
-        },
-    })?;
+    .map_err(|error| Failure::gpu(&error, ""))?;
     // Every placement of a kernel holds its operands at once (raw and pool on the device),
     // so the default leaves a small device most of its memory: at most 1/32 of it per operand.
     let device_share_mb = ctx
@@ -220,17 +212,19 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         bar.finish_and_clear();
     }
     let report = result.map_err(|error| match &error {
-        BenchError::Verification { .. } => Failure {
-            message: format!("{error}; nothing was timed after it"),
-            exit_code: 1,
-        },
+        BenchError::Verification { .. } => {
+            Failure::internal(format!("{error}; nothing was timed after it"))
+        }
         BenchError::Config(_) | BenchError::Kernel(KernelError::BadOption { .. }) => {
             Failure::bad_input(error)
         }
-        _ => Failure {
-            message: error.to_string(),
-            exit_code: 1,
-        },
+        BenchError::Pool { conf, source } => {
+            Failure::pool(source, &format!("the pool of `{conf}`"))
+        }
+        BenchError::Alloc { size, source } => {
+            Failure::alloc(source, &format!("pool block of {size} bytes"))
+        }
+        _ => Failure::internal(&error),
     })?;
     let mut report = report;
     let alloc = alloc_latency::measure(
@@ -239,10 +233,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         2000,
         if args.quick { 11 } else { 31 },
     )
-    .map_err(|error| Failure {
-        message: format!("allocation latency: {error}"),
-        exit_code: 1,
-    })?;
+    .map_err(|error| Failure::internal(format!("allocation latency: {error}")))?;
     report.alloc = Some(serde_json::to_value(&alloc).expect("alloc report serializes"));
     let transfers = if args.transfers {
         Some(transfers_and_moves(&ctx, size_bytes, args.quick)?)
@@ -256,10 +247,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         let panels = plot_panels(&report, transfers.as_ref());
         wgpool::plot::render_bars_svg(&panels)
             .and_then(|svg| wgpool::plot::write_svg(path, &svg))
-            .map_err(|e| Failure {
-                message: e.to_string(),
-                exit_code: 1,
-            })?;
+            .map_err(|e| super::output::file_failure(&e))?;
     }
     if args.json {
         output::print_json(&report, "report")?;
@@ -298,10 +286,8 @@ fn transfers_and_moves(
     quick: bool,
 ) -> Result<Transfers, Failure> {
     use wgpool::bench::{residency_moves, transfers};
-    let failed = |what: &str, error: &dyn std::fmt::Display| Failure {
-        message: format!("{what}: {error}"),
-        exit_code: 1,
-    };
+    let failed =
+        |what: &str, error: &dyn std::fmt::Display| Failure::internal(format!("{what}: {error}"));
     let mut config = transfers::TransferBenchConfig::new(size_bytes);
     if !quick {
         config.counts = RunCounts::new(3, 11);

@@ -171,14 +171,12 @@ struct InfoReport {
 }
 
 pub fn run(args: InfoArgs) -> Result<(), Failure> {
-    let instance = create_instance(&HeadlessOptions::default()).map_err(Failure::bad_input)?;
+    let instance =
+        create_instance(&HeadlessOptions::default()).map_err(|e| Failure::gpu(&e, ""))?;
     let adapters = enumerate_adapters(&instance);
     if adapters.is_empty() {
         let backends = std::env::var("WGPU_BACKEND").unwrap_or_else(|_| "all".into());
-        return Err(Failure {
-            message: GpuError::NoAdapter { backends }.to_string(),
-            exit_code: 1,
-        });
+        return Err(Failure::gpu(&GpuError::NoAdapter { backends }, ""));
     }
     let needle = args.adapter.as_deref().map(str::to_lowercase);
     let reports: Vec<AdapterReport> = adapters
@@ -258,10 +256,7 @@ fn watch(adapters: &[&wgpu::Adapter], args: &InfoArgs) -> Result<(), Failure> {
                     adapter: &name,
                     report: &report,
                 })
-                .map_err(|e| Failure {
-                    message: format!("cannot encode the report: {e}"),
-                    exit_code: 1,
-                })?;
+                .map_err(|e| Failure::internal(format!("cannot encode the report: {e}")))?;
                 text.push_str(&line);
                 text.push('\n');
             } else {

@@ -1,7 +1,8 @@
-//! Writing to standard output the way Unix tools do: a reader that closed the pipe early
-//! (`wgpool replay t.csv --json | head -1`) ends the command quietly, and any other write
-//! error is reported.
+//! Writing output the way Unix tools do: a reader that closed the pipe early
+//! (`wgpool replay t.csv --json | head -1`, `--snapshot /dev/stdout | head -1`) ends the
+//! command quietly, and any other write error is reported.
 
+use std::error::Error;
 use std::io::Write;
 
 use super::Failure;
@@ -13,12 +14,9 @@ pub fn print(text: &str) -> Result<(), Failure> {
         .and_then(|()| out.flush())
         .map_err(|error| {
             if error.kind() == std::io::ErrorKind::BrokenPipe {
-                Failure::stdout_closed()
+                Failure::pipe_closed()
             } else {
-                Failure {
-                    message: format!("cannot write to standard output: {error}"),
-                    exit_code: 1,
-                }
+                Failure::internal(format!("cannot write to standard output: {error}"))
             }
         })
 }
@@ -31,9 +29,23 @@ pub fn println(text: &str) -> Result<(), Failure> {
 /// Writes `value` as pretty-printed JSON and a newline; `what` names it in the error if it
 /// cannot be encoded.
 pub fn print_json<T: serde::Serialize>(value: &T, what: &str) -> Result<(), Failure> {
-    let json = serde_json::to_string_pretty(value).map_err(|e| Failure {
-        message: format!("cannot encode the {what}: {e}"),
-        exit_code: 1,
-    })?;
+    let json = serde_json::to_string_pretty(value)
+        .map_err(|e| Failure::internal(format!("cannot encode the {what}: {e}")))?;
     println(&json)
+}
+
+/// The failure of writing an output file (`--snapshot`, `--plot`): quiet where the file is
+/// a pipe whose reader closed it, as on standard output, and reported otherwise.
+pub fn file_failure(error: &(dyn Error + 'static)) -> Failure {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        {
+            return Failure::pipe_closed();
+        }
+        cause = error.source();
+    }
+    Failure::internal(error)
 }

@@ -125,10 +125,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     .map_err(Failure::bad_input)?;
     if let Some(path) = &args.snapshot {
         let snapshot = recorder.torch_snapshot(&report.conf);
-        write_torch_snapshot(path, &snapshot).map_err(|e| Failure {
-            message: e.to_string(),
-            exit_code: 1,
-        })?;
+        write_torch_snapshot(path, &snapshot).map_err(|e| output::file_failure(&e))?;
     }
     if let Some(path) = &args.plot {
         let title = format!(
@@ -152,10 +149,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         };
         render_memory_svg(&curves)
             .and_then(|svg| write_svg(path, &svg))
-            .map_err(|e| Failure {
-                message: e.to_string(),
-                exit_code: 1,
-            })?;
+            .map_err(|e| output::file_failure(&e))?;
     }
     if args.json {
         return output::print_json(&report, "report");

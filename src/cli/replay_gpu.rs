@@ -1,9 +1,10 @@
 //! `wgpool replay TRACE --gpu [--scale N]`: the trace through a real pool on the adapter.
 
 use wgpool::config::Config;
+use wgpool::engine::AllocError;
 use wgpool::format::bytes;
 use wgpool::gpu::{GpuContext, HeadlessOptions};
-use wgpool::trace::{GpuReplayOptions, GpuReplayReport, Trace, replay_on_gpu};
+use wgpool::trace::{GpuReplayError, GpuReplayOptions, GpuReplayReport, Trace, replay_on_gpu};
 
 use super::Failure;
 use super::output;
@@ -17,13 +18,20 @@ pub fn run(
     options: &GpuReplayOptions,
     json: bool,
 ) -> Result<(), Failure> {
-    let gpu = GpuContext::headless(&HeadlessOptions::default()).map_err(|e| Failure {
-        message: e.to_string(),
-        exit_code: 1,
-    })?;
-    let report = replay_on_gpu(trace, config, &gpu, options).map_err(|message| Failure {
-        message: format!("{}: {message}", file.display()),
-        exit_code: 1,
+    let gpu = GpuContext::headless(&HeadlessOptions::default())
+        .map_err(|error| Failure::gpu(&error, ""))?;
+    let report = replay_on_gpu(trace, config, &gpu, options).map_err(|error| match error {
+        GpuReplayError::Pool(error) => Failure::pool(&error, &file.display().to_string()),
+        GpuReplayError::Alloc { position, source } => {
+            let mut failure = Failure::alloc(&source, &format!("{}: {position}", file.display()));
+            if matches!(*source, AllocError::TooLarge { .. }) {
+                failure.message.push_str(
+                    "; --scale N divides every size of the trace by N to fit a small device",
+                );
+            }
+            failure
+        }
+        other => Failure::internal(format!("{}: {other}", file.display())),
     })?;
     if json {
         return output::print_json(&report, "report");

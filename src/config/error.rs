@@ -2,15 +2,22 @@
 
 use thiserror::Error;
 
+use crate::format::visible;
+
 /// What was wrong with a configuration string.
 ///
 /// Every variant names the offending key (or position) and what is allowed, so the
-/// message alone is enough to fix the input. Parsing never panics.
+/// message alone is enough to fix the input; what it quotes of the input shows invisible
+/// characters escaped ([`visible`]). Parsing never panics.
 #[derive(Debug, Clone, PartialEq, Error)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// A key that is not in the option table.
-    #[error("unknown option `{key}` in WGPOOL_CONF; valid options are: {}", valid.join(", "))]
+    #[error(
+        "unknown option `{}` in WGPOOL_CONF; valid options are: {}",
+        visible(key),
+        valid.join(", ")
+    )]
     UnknownKey {
         /// The key as written.
         key: String,
@@ -18,7 +25,10 @@ pub enum ConfigError {
         valid: Vec<&'static str>,
     },
     /// A known key with a value outside its allowed set.
-    #[error("invalid value `{value}` for option `{key}`: {reason}; allowed: {allowed}")]
+    #[error(
+        "invalid value `{}` for option `{key}`: {reason}; allowed: {allowed}",
+        visible(value)
+    )]
     InvalidValue {
         /// The option.
         key: &'static str,
@@ -31,7 +41,8 @@ pub enum ConfigError {
     },
     /// The string does not have the `key:value,key:value` shape.
     #[error(
-        "malformed WGPOOL_CONF near `{near}`: {reason}; expected comma-separated `key:value` pairs"
+        "malformed WGPOOL_CONF near `{}`: {reason}; expected comma-separated `key:value` pairs",
+        visible(near)
     )]
     Syntax {
         /// The fragment where parsing stopped.

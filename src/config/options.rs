@@ -118,8 +118,12 @@ fn apply_roundup(config: &mut Config, value: &RawValue) -> Result<(), String> {
                     rest = Some(divisions);
                     continue;
                 }
-                let mb = parse_u64(key)
-                    .map_err(|_| format!("interval key `{key}` is not an integer"))?;
+                let mb = parse_u64(key).map_err(|_| {
+                    format!(
+                        "interval key `{}` is not an integer",
+                        crate::format::visible(key)
+                    )
+                })?;
                 if mb == 0 || !mb.is_power_of_two() {
                     return Err(format!("interval key {mb} MiB is not a power of two"));
                 }
@@ -284,7 +288,10 @@ pub const OPTIONS: &[OptionSpec] = &[
         allowed: "an integer number of MiB, from 10 to 2097151 (2 TiB, the largest segment)",
         meaning: "Size of a new segment for a large-pool request under 10 MiB (PyTorch's \
                   kLargeBuffer). Small-pool segments are 2 MiB; requests of 10 MiB or more get \
-                  a segment of their own size rounded up to 2 MiB.",
+                  a segment of their own size rounded up to 2 MiB. With `policy:pytorch` in \
+                  pages mode it is also the large pool's page. A segment or page above the \
+                  device's largest (its `max_buffer_size`, or its largest page-mapped range) \
+                  is clamped to that.",
         apply: |c, v| {
             c.large_segment_size = parse_mib_in(v.scalar()?, 10, MAX_SIZE_MB)?;
             Ok(())

@@ -93,7 +93,11 @@ impl Engine {
     pub fn new(config: Config, limits: EngineLimits) -> Result<Engine, EngineError> {
         config.validate()?;
         let cap = config.memory_cap(limits.device_memory)?;
-        let paged = match (config.expandable(), limits.page_mapping) {
+        // A source whose largest range cannot hold one of its pages cannot map any.
+        let page_mapping = limits
+            .page_mapping
+            .filter(|m| m.max_range.min(MAX_SEGMENT_SIZE) >= m.page.max(1));
+        let paged = match (config.expandable(), page_mapping) {
             (ExpandableSegments::False, _) => false,
             (_, None) if config.expandable() == ExpandableSegments::True => {
                 return Err(EngineError::PagesUnavailable);
@@ -101,7 +105,7 @@ impl Engine {
             (_, None) => false,
             (_, Some(_)) => config.backend == Caching::Native,
         };
-        let pages = match (paged, limits.page_mapping) {
+        let pages = match (paged, page_mapping) {
             (true, Some(mapping)) => {
                 // PyTorch maps 2 MiB pages for the small pool and pages of its large
                 // segment (20 MiB) for the large one; the compact policy maps finer pages.

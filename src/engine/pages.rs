@@ -59,16 +59,28 @@ pub(crate) struct PageLayout {
 }
 
 impl PageLayout {
-    /// Pages of `small` and `large` bytes (rounded up to the device's page), and ranges of
-    /// 9/8 of the device memory where known (room to unmap pages early in a range and map
-    /// them at its end, as PyTorch reserves), else the source's range size
+    /// Pages of `small` and `large` bytes (rounded up to the device's page, and down to the
+    /// largest range where they exceed it, as segments are bounded by the largest segment),
+    /// and ranges of 9/8 of the device memory where known (room to unmap pages early in a
+    /// range and map them at its end, as PyTorch reserves), else the source's range size
     /// ([`PageMapping::range`]), and never more than it.
+    ///
+    /// Every range size the layout allows, `max_range` included, is a whole number of its
+    /// kind's pages and at most [`PageMapping::max_range`] (`mapping` holds at least one
+    /// device page: `max_range >= page`).
     pub fn new(mapping: PageMapping, small: u64, large: u64, device_memory: Option<u64>) -> Self {
         let device_page = mapping.page.max(1);
-        let page = [small, large].map(|p| p.max(device_page).div_ceil(device_page) * device_page);
-        let ceiling = mapping.max_range.min(MAX_SEGMENT_SIZE);
-        let max_range = page.map(|p| (ceiling / p * p).max(p));
-        let preferred = mapping.range.min(ceiling);
+        // The largest range in whole device pages.
+        let largest = mapping.max_range.min(MAX_SEGMENT_SIZE) / device_page * device_page;
+        debug_assert!(largest >= device_page, "{mapping:?} holds no page");
+        let page = [small, large].map(|p| {
+            p.max(device_page)
+                .div_ceil(device_page)
+                .saturating_mul(device_page)
+                .min(largest)
+        });
+        let max_range = page.map(|p| largest / p * p);
+        let preferred = mapping.range.min(largest);
         let range_size = [0, 1].map(|kind| {
             let p = page[kind];
             let usual = (preferred / p * p).clamp(p, max_range[kind]);
@@ -622,5 +634,33 @@ mod tests {
             layout.range_size,
             [1 << 30, (1 << 30) / (20 << 20) * (20 << 20)]
         );
+    }
+
+    /// Issue 25: a page larger than the device's largest range (lavapipe: 2 GiB less 4 KiB;
+    /// `large_segment_size_mb:2048` asks for 2 GiB large pages) is clamped to it, as a
+    /// segment is clamped to the largest segment: no range the layout allows exceeds the
+    /// device's largest, and every one is whole pages.
+    #[test]
+    fn pages_larger_than_the_largest_range_are_clamped_to_it() {
+        const MIB: u64 = 1 << 20;
+        let lavapipe = PageMapping::new(4096, (2 << 30) - 4096).with_range(64 * MIB);
+        for large_mb in [2047, 2048, 2049, 4096, 2_097_151] {
+            for device_memory in [None, Some(256 * MIB), Some(64 << 30)] {
+                let layout = PageLayout::new(lavapipe, 2 * MIB, large_mb * MIB, device_memory);
+                let wanted = (large_mb * MIB).min(lavapipe.max_range);
+                assert_eq!(layout.page, [2 * MIB, wanted], "{large_mb} MiB");
+                for kind in 0..2 {
+                    let (page, max) = (layout.page[kind], layout.max_range[kind]);
+                    assert!(max <= lavapipe.max_range && max >= page && max % page == 0);
+                    let range = layout.range_size[kind];
+                    assert!(range <= max && range >= page && range % page == 0);
+                }
+            }
+        }
+        // The engine's bound applies too: an H200's 1 TiB with a page of 1 TiB and 1 MiB.
+        let h200 = PageMapping::new(64 << 10, 1 << 40);
+        let layout = PageLayout::new(h200, 2 * MIB, (1 << 40) + MIB, None);
+        assert_eq!(layout.page[1], 1 << 40);
+        assert_eq!(layout.max_range[1], 1 << 40);
     }
 }

@@ -2,6 +2,8 @@
 
 use thiserror::Error;
 
+use crate::format::visible;
+
 /// A place in a trace's input, as error messages name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Position {
@@ -92,7 +94,8 @@ impl TraceError {
 pub const EXCERPT_CHARS: usize = 48;
 
 /// `text` for an error message: whole when short, else its first [`EXCERPT_CHARS`]
-/// characters and its length, so that a 100 MB field gives a short message.
+/// characters and its length, so that a 100 MB field gives a short message. Characters a
+/// reader could not see are escaped ([`visible`](crate::format::visible)).
 pub fn excerpt(text: &str) -> String {
     clipped(text, EXCERPT_CHARS)
 }
@@ -102,13 +105,14 @@ pub fn excerpt(text: &str) -> String {
 pub const DECODER_MESSAGE_CHARS: usize = 160;
 
 /// `text` whole when it has at most `max_chars` characters, else its first `max_chars`
-/// characters and its length.
+/// characters and its length; either way with the characters a reader could not see
+/// escaped ([`visible`]).
 pub fn clipped(text: &str, max_chars: usize) -> String {
     if text.chars().count() <= max_chars {
-        return text.to_string();
+        return visible(text);
     }
     let head: String = text.chars().take(max_chars).collect();
-    format!("{head}... ({} bytes in all)", text.len())
+    format!("{}... ({} bytes in all)", visible(&head), text.len())
 }
 
 #[cfg(test)]
@@ -124,6 +128,9 @@ mod tests {
         assert!(e.ends_with("(1048576 bytes in all)"), "{e}");
         // Multi-byte characters are cut at a character boundary.
         assert!(excerpt(&"é".repeat(100)).starts_with("éé"));
+        // Invisible characters are shown escaped, in the head of a long excerpt too.
+        assert_eq!(excerpt("\u{feff}alloc"), "\\u{feff}alloc");
+        assert!(excerpt(&format!("\u{200b}{}", "x".repeat(100))).starts_with("\\u{200b}xx"));
         let message = clipped(
             &format!("got Bytes({:?})", vec![7u8; 300]),
             DECODER_MESSAGE_CHARS,

@@ -5,12 +5,13 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::error::Position;
 use super::ops::{Trace, TraceOp};
 use crate::config::Config;
 use crate::engine::AllocError;
 use crate::gpu::sparse::ChunkPolicy;
 use crate::gpu::{DeviceMemoryInfo, GpuContext};
-use crate::pool::{Block, MemoryMode, Pool, PoolOptions};
+use crate::pool::{Block, MemoryMode, Pool, PoolError, PoolOptions};
 
 /// Settings of [`replay_on_gpu`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +126,29 @@ pub struct GpuReplayReport {
     pub wall_time_s: f64,
 }
 
+/// Why [`replay_on_gpu`] stopped. Each variant keeps the pool's own error.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GpuReplayError {
+    /// The pool could not be created: the configuration cannot be applied to this device
+    /// (say `expandable_segments:True` on a device that cannot map pages), or setting up
+    /// its memory failed.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// An allocation of the trace failed with an error other than out-of-memory (which is
+    /// counted, not an error): a request above the largest block the pool serves
+    /// ([`AllocError::TooLarge`], which names the size and the device's limit), or a
+    /// failure of the device.
+    #[error("{position}: {source}")]
+    Alloc {
+        /// The operation of the trace that failed.
+        position: Position,
+        /// The pool's error.
+        #[source]
+        source: Box<AllocError>,
+    },
+}
+
 /// Replays `trace` under `config` through a [`Pool`] on `gpu`'s device: every allocation
 /// is a real block, every free drops it. The pool is page-mapped where the device and the
 /// configuration allow it (see [`Pool::memory_mode`]).
@@ -135,14 +159,16 @@ pub struct GpuReplayReport {
 ///
 /// # Errors
 ///
-/// The pool could not be created (for example `expandable_segments:True` on a device that
-/// cannot map pages), or an allocation failed with an error other than out-of-memory.
+/// [`GpuReplayError::Pool`] when the pool could not be created (for example
+/// `expandable_segments:True` on a device that cannot map pages), and
+/// [`GpuReplayError::Alloc`] when an allocation failed with an error other than
+/// out-of-memory (a request above [`Pool::max_block_size`]).
 pub fn replay_on_gpu(
     trace: &Trace,
     config: &Config,
     gpu: &GpuContext,
     options: &GpuReplayOptions,
-) -> Result<GpuReplayReport, String> {
+) -> Result<GpuReplayReport, GpuReplayError> {
     let start = Instant::now();
     let heap_before = heap_usage(gpu);
     let device_memory = options
@@ -154,24 +180,26 @@ pub fn replay_on_gpu(
     if let Some(bytes) = device_memory {
         pool_options = pool_options.with_device_memory(bytes);
     }
-    let pool = Pool::with_options(gpu.device(), gpu.queue(), config.clone(), pool_options)
-        .map_err(|e| e.to_string())?;
+    let pool = Pool::with_options(gpu.device(), gpu.queue(), config.clone(), pool_options)?;
     let scale = options.scale.max(1);
     let mut slots: Vec<Option<(Block, u64)>> = (0..trace.slots).map(|_| None).collect();
     let (mut live, mut peak_live) = (0u64, 0u64);
     let mut heap_peak = heap_before.map(|_| 0u64);
     let mut device_bytes = 0u64;
-    let alloc = |size: u64| -> Result<Option<Block>, String> {
+    let alloc = |size: u64, op: usize| -> Result<Option<Block>, GpuReplayError> {
         match pool.alloc(size.div_ceil(scale).max(1)) {
             Ok(block) => Ok(Some(block)),
             Err(AllocError::OutOfMemory(_)) => Ok(None),
-            Err(error) => Err(error.to_string()),
+            Err(source) => Err(GpuReplayError::Alloc {
+                position: trace.position(op),
+                source: Box::new(source),
+            }),
         }
     };
     for (i, op) in trace.ops.iter().enumerate() {
         match *op {
             TraceOp::Alloc { slot, size, .. } if size > 0 => {
-                let block = alloc(size).map_err(|e| format!("{}: {e}", trace.position(i)))?;
+                let block = alloc(size, i)?;
                 if let Some(block) = block {
                     let scaled = size.div_ceil(scale);
                     live += scaled;
@@ -187,7 +215,7 @@ pub fn replay_on_gpu(
                 }
             }
             TraceOp::Refused { size, .. } => {
-                drop(alloc(size).map_err(|e| format!("{}: {e}", trace.position(i)))?);
+                drop(alloc(size, i)?);
             }
         }
         // Read the heap only when the pool's device memory changed: the query is a driver

@@ -18,7 +18,7 @@ mod torch_snapshot;
 
 pub use cuda_addresses::CudaAddressModel;
 pub use error::{EXCERPT_CHARS, Position, TraceError, excerpt};
-pub use gpu_replay::{GpuReplayOptions, GpuReplayReport, replay_on_gpu};
+pub use gpu_replay::{GpuReplayError, GpuReplayOptions, GpuReplayReport, replay_on_gpu};
 pub use input::{DEFAULT_MAX_INPUT_BYTES, ReadOptions, detect_format, read_trace, read_trace_from};
 pub use lines::MAX_LINE_BYTES;
 pub use observe::ReplayObserver;
