@@ -571,6 +571,59 @@ fn pools_take_ranges_of_the_requests_size_when_address_space_is_short() {
     pool.check_consistency().unwrap();
 }
 
+/// Issue 24, item 6: pools that each hold a range until the device's address space is gone.
+/// The next pool's first allocation fails with a message that says address space, not
+/// memory, ran out and names what helps (not a larger cap, nor `overflow:host`); each of the
+/// remedies it names then works.
+#[test]
+fn exhausted_address_space_says_what_helps() {
+    use wgpool::engine::AllocError;
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    // A device of its own: the test fills its address space.
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let ctx = &*own;
+    let address_space = ctx.page_mapping().unwrap().facts().address_space;
+    let mut pools = Vec::new();
+    let error = loop {
+        let pool = Pool::from_context(ctx, Config::default()).unwrap();
+        match pool.alloc(1024) {
+            Ok(block) => pools.push((pool, block)),
+            Err(error) => break error,
+        }
+        assert!(pools.len() < 4096, "the address space never ran out");
+    };
+    let reserved: u64 = pools.iter().map(|(_, block)| block.buffer().size()).sum();
+    assert!(
+        reserved > address_space / 2,
+        "{} pools reserved {reserved} of {address_space}",
+        pools.len()
+    );
+    assert!(matches!(error, AllocError::OutOfMemory(_)), "{error}");
+    let message = error.to_string();
+    for needle in [
+        "sparse address space is exhausted",
+        "Address space is what ran out, not memory",
+        "expandable_segments:False",
+        "drop page-mapped pools",
+    ] {
+        assert!(message.contains(needle), "lacks `{needle}`: {message}");
+    }
+    assert!(!message.contains("raise the cap"), "{message}");
+    // Fixed segments take no address space.
+    let fixed =
+        Pool::from_context(ctx, Config::parse("expandable_segments:False").unwrap()).unwrap();
+    assert_eq!(fixed.memory_mode(), MemoryMode::Segments);
+    fixed
+        .write(&fixed.alloc(1024).unwrap(), &[7; 1024])
+        .unwrap();
+    // A dropped pool gives its range back to the next one.
+    pools.pop();
+    let next = Pool::from_context(ctx, Config::default()).unwrap();
+    let block = next.alloc(1024).expect("the dropped pool's address space");
+    assert_eq!(next.memory_mode(), MemoryMode::Pages);
+    drop(block);
+}
+
 /// Releasing a range never waits for the binds into it: its buffer (and address space) is
 /// kept until they are applied. A reservation of another pool that needs that address space
 /// right away gets it (waiting for the binds), so filling the whole address space, mapping

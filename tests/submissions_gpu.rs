@@ -157,8 +157,13 @@ fn a_cached_bind_group_keeps_its_memory(conf: &str) {
 }
 
 #[test]
-fn a_cached_bind_group_recorded_after_its_block_is_dropped_reads_the_blocks_bytes() {
+fn a_cached_bind_group_recorded_after_its_block_is_dropped_reads_the_blocks_bytes_on_fixed_segments()
+ {
     a_cached_bind_group_keeps_its_memory("expandable_segments:False");
+}
+
+#[test]
+fn a_cached_bind_group_recorded_after_its_block_is_dropped_reads_the_blocks_bytes_on_pages() {
     a_cached_bind_group_keeps_its_memory("expandable_segments:True");
 }
 

@@ -141,6 +141,18 @@ impl std::fmt::Display for OutOfMemory {
                 )?,
             }
         }
+        if let OomCause::Device(error) = &self.cause
+            && error.kind() == super::source::SourceErrorKind::AddressSpace
+        {
+            return write!(
+                f,
+                "Address space is what ran out, not memory, so a larger cap or overflow:host \
+                 will not help: drop page-mapped pools you no longer need (a pool gives its \
+                 ranges back once its blocks are freed and empty_cache runs, or it is \
+                 dropped), serve more blocks from fewer pools, or give this pool fixed \
+                 segments with expandable_segments:False, which take no address space."
+            );
+        }
         if self.reserved_unallocated() >= self.rounded.min(self.reserved / 8).max(1) {
             write!(
                 f,

@@ -189,6 +189,10 @@ impl PageMapping {
 pub enum SourceErrorKind {
     /// The device has no memory for the request now; releasing cached memory may help.
     OutOfMemory,
+    /// The device has memory, but no address space for another page-mapped range: ranges of
+    /// other pools on the device hold it. Releasing this engine's idle ranges may help; a
+    /// larger cap or host overflow does not.
+    AddressSpace,
     /// Anything else (a validation error, a lost device): retrying will not help.
     Other,
 }
@@ -212,6 +216,15 @@ impl SourceError {
         }
     }
 
+    /// The device has no address space left for another range; `error` says what the
+    /// device reported. Counts as out-of-memory for the retry chain.
+    pub fn address_space(error: impl Into<Box<dyn Error + Send + Sync + 'static>>) -> Self {
+        SourceError {
+            kind: SourceErrorKind::AddressSpace,
+            inner: Arc::from(error.into()),
+        }
+    }
+
     /// Any failure other than out-of-memory; `error` is the underlying error.
     pub fn other(error: impl Into<Box<dyn Error + Send + Sync + 'static>>) -> Self {
         SourceError {
@@ -225,9 +238,13 @@ impl SourceError {
         self.kind
     }
 
-    /// Whether the device was out of memory (the only kind the retry chain handles).
+    /// Whether the device was out of memory or of address space (the only kinds the retry
+    /// chain handles).
     pub fn is_out_of_memory(&self) -> bool {
-        self.kind == SourceErrorKind::OutOfMemory
+        matches!(
+            self.kind,
+            SourceErrorKind::OutOfMemory | SourceErrorKind::AddressSpace
+        )
     }
 }
 
@@ -235,7 +252,7 @@ impl std::fmt::Display for SourceError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.kind {
             SourceErrorKind::OutOfMemory => write!(f, "out of device memory: {}", self.inner),
-            SourceErrorKind::Other => write!(f, "{}", self.inner),
+            SourceErrorKind::AddressSpace | SourceErrorKind::Other => write!(f, "{}", self.inner),
         }
     }
 }

@@ -38,7 +38,11 @@ pub enum SparseError {
     },
     /// The sparse address space has no room for another range of this size.
     #[error(
-        "the sparse address space is exhausted: {requested} bytes asked, {in_use} of {total} in use"
+        "the device's sparse address space is exhausted: a range of {} was asked for, and \
+         ranges of page-mapped pools on the device hold {} of its {}",
+        crate::format::bytes(*requested),
+        crate::format::bytes(*in_use),
+        crate::format::bytes(*total)
     )]
     AddressSpace {
         /// The range size that was asked for.

@@ -22,7 +22,9 @@ impl From<SparseError> for SourceError {
                 SourceError::other(caught)
             };
         }
-        if error.is_out_of_memory() {
+        if matches!(error, SparseError::AddressSpace { .. }) {
+            SourceError::address_space(error)
+        } else if error.is_out_of_memory() {
             SourceError::out_of_memory(error)
         } else {
             SourceError::other(error)
