@@ -78,6 +78,13 @@ fn info_watch_prints_count_reports_and_stops() {
     assert!(lines.len() >= 2 && lines.len() % 2 == 0, "{json}");
     for line in &lines {
         assert!(line["adapter"].is_string(), "{line}");
+        // Adapters of one name (a GPU through two backends) are told apart.
+        assert!(line["index"].is_u64(), "{line}");
+        let backend = line["backend"].as_str().expect("backend");
+        assert!(
+            ["vulkan", "gl", "dx12", "metal"].contains(&backend),
+            "{line}"
+        );
         assert!(line["unix_ms"].as_u64().unwrap() > 0, "{line}");
         if !heaps_known {
             assert!(line["memory"].is_null(), "{line}");

@@ -609,3 +609,45 @@ fn compare_runs_pytorch_native_expandable_and_the_default_in_one_table() {
     let stderr = bad_input(&["replay", path, "--compare", "--plot", "x.svg"], None);
     assert!(stderr.contains("--plot"), "{stderr}");
 }
+
+/// Issue 24, item 6: a trace with `oom` rows replayed with no cap serves them; the replay
+/// says so, and says that a device size alone sets no cap. With a cap, neither warning.
+#[test]
+fn refused_allocations_without_a_cap_and_a_device_size_alone_are_warned_about() {
+    let trace = TraceFile::new("alloc,1,1000,0\noom,0,99857989632,0\nfree,1,0,0\n");
+    let path = trace.0.to_str().unwrap();
+    let stderr = |args: &[&str]| {
+        let out = wgpool(args, None);
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let uncapped = stderr(&["replay", path, "--json"]);
+    assert!(
+        uncapped
+            .contains("warning: the trace records 1 allocation the recording allocator refused")
+            && uncapped.contains("no cap"),
+        "{uncapped}"
+    );
+    let size_alone = stderr(&["replay", path, "--json", "--device-memory-mb", "1000"]);
+    assert!(
+        size_alone.contains("--device-memory-mb / --device-memory-bytes only give the device size")
+            && size_alone.contains("per_process_memory_fraction:1"),
+        "{size_alone}"
+    );
+    let capped = stderr(&[
+        "replay",
+        path,
+        "--json",
+        "--device-memory-mb",
+        "1000",
+        "--conf",
+        "per_process_memory_fraction:1",
+    ]);
+    assert!(!capped.contains("warning"), "{capped}");
+    let report = replay_json(
+        &trace,
+        Some("per_process_memory_fraction:1"),
+        &["--device-memory-mb", "1000"],
+    );
+    assert_eq!(report["num_ooms"], 1);
+}

@@ -242,25 +242,36 @@ fn watch(adapters: &[&wgpu::Adapter], args: &InfoArgs) -> Result<(), Failure> {
     loop {
         let started = std::time::Instant::now();
         let mut text = String::new();
-        for adapter in adapters {
+        for (index, adapter) in adapters.iter().enumerate() {
             let report = MemoryReading::now(adapter, None);
-            let name = adapter.get_info().name;
+            let info = adapter.get_info();
+            let backend = info.backend.to_str();
             if args.json {
+                // Two adapters may share a name (one GPU through Vulkan and GL): the index
+                // and the backend tell their lines apart.
                 #[derive(Serialize)]
                 struct Line<'a> {
+                    index: usize,
                     adapter: &'a str,
+                    backend: &'a str,
                     #[serde(flatten)]
                     report: &'a MemoryReading,
                 }
                 let line = serde_json::to_string(&Line {
-                    adapter: &name,
+                    index,
+                    adapter: &info.name,
+                    backend,
                     report: &report,
                 })
                 .map_err(|e| Failure::internal(format!("cannot encode the report: {e}")))?;
                 text.push_str(&line);
                 text.push('\n');
             } else {
-                text.push_str(&format!("[{}] {name}\n", clock(report.unix_ms)));
+                text.push_str(&format!(
+                    "[{}] adapter {index}: {} ({backend})\n",
+                    clock(report.unix_ms),
+                    info.name
+                ));
                 text.push_str(&report.render());
             }
         }

@@ -97,6 +97,9 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     .map_err(Failure::bad_input)?;
     let device_memory = device_memory(&args)?;
     let trace = load(&args)?;
+    for warning in warnings(&trace, &config, device_memory) {
+        eprintln!("warning: {warning}");
+    }
     if args.gpu {
         let options = wgpool::trace::GpuReplayOptions::default()
             .with_scale(args.scale.unwrap_or(1))
@@ -268,6 +271,41 @@ fn load(args: &ReplayArgs) -> Result<wgpool::trace::Trace, Failure> {
         .with_device(args.trace_device);
     read_trace(&args.file, &read)
         .map_err(|e| Failure::bad_input(format!("{}: {e}", args.file.display())))
+}
+
+/// What the user should know before trusting the replay: allocations the trace records as
+/// refused with no cap to refuse them, and a device size that sets no cap.
+fn warnings(
+    trace: &wgpool::trace::Trace,
+    config: &Config,
+    device_memory: Option<u64>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let cap = config.memory_cap(device_memory).ok().flatten();
+    let refused = trace
+        .ops
+        .iter()
+        .filter(|op| matches!(op, wgpool::trace::TraceOp::Refused { .. }))
+        .count() as u64
+        + trace.failed_allocs;
+    if refused > 0 && cap.is_none() {
+        out.push(format!(
+            "the trace records {} the recording allocator refused (out of memory), but this \
+             replay has no cap, so it serves what the device could not and reports no \
+             out-of-memory; model the device with per_process_memory_fraction:1 and \
+             --device-memory-mb (or --device-memory-bytes), or with memory_limit_mb",
+            wgpool::format::count(refused, "allocation", "allocations")
+        ));
+    }
+    if device_memory.is_some() && config.per_process_memory_fraction.is_none() {
+        out.push(
+            "--device-memory-mb / --device-memory-bytes only give the device size that \
+             per_process_memory_fraction applies to, and this configuration has none, so they \
+             set no cap; add per_process_memory_fraction:1 (or a smaller fraction) to --conf"
+                .to_string(),
+        );
+    }
+    out
 }
 
 /// The device size from `--device-memory-mb` or `--device-memory-bytes`, if given.
