@@ -188,12 +188,12 @@ fn a_large_page_at_or_above_the_largest_range_is_clamped_to_it() {
 /// Issue 25: a request above the largest block the device serves exits 2 (it exited 1), in
 /// both memory modes, and the message names the size and the device's limit, as
 /// `Pool::max_block_size` gives it.
-#[test]
-fn a_request_above_the_device_limit_exits_2_naming_the_size_and_the_limit() {
+fn a_request_above_the_device_limit_exits_2_naming_the_size_and_the_limit(conf: &str) {
     let gpu = common::gpu();
     let size = (gpu.limits().max_buffer_size + 1).min(1 << 42);
-    let trace = rows_file("too-large", &format!("alloc,1,{size},0\nfree,1,{size},0\n"));
-    for conf in ["expandable_segments:False", "expandable_segments:True"] {
+    let name = format!("too-large-{}", conf.len());
+    let trace = rows_file(&name, &format!("alloc,1,{size},0\nfree,1,{size},0\n"));
+    {
         let config = wgpool::config::Config::parse(conf).unwrap();
         let limit = wgpool::pool::Pool::new(gpu.device(), gpu.queue(), config)
             .unwrap()
@@ -219,6 +219,20 @@ fn a_request_above_the_device_limit_exits_2_naming_the_size_and_the_limit() {
     let (code, stderr) = replay_gpu_status(&trace, &["--scale", &scale], &[]);
     assert_eq!(code, 0, "{stderr}");
     let _ = std::fs::remove_file(&trace);
+}
+
+#[test]
+fn a_request_above_the_device_limit_exits_2_naming_the_size_and_the_limit_on_fixed_segments() {
+    a_request_above_the_device_limit_exits_2_naming_the_size_and_the_limit(
+        "expandable_segments:False",
+    );
+}
+
+#[test]
+fn a_request_above_the_device_limit_exits_2_naming_the_size_and_the_limit_on_pages() {
+    a_request_above_the_device_limit_exits_2_naming_the_size_and_the_limit(
+        "expandable_segments:True",
+    );
 }
 
 /// The device is chosen by the user's environment: a `WGPU_BACKEND` naming no backend is
