@@ -104,12 +104,66 @@ fn replay_on_the_gpu_reports_device_memory_and_driver_time_in_both_modes() {
     }
 }
 
+/// Issue 21: the pool's time per operation beside the engine's on the same operations, and
+/// `--repeat N`: N runs in one process, the cache released between them, the first run and
+/// the median of the rest reported. A replay puts no work on the GPU, so pages mode orders
+/// nothing across wrappers.
+#[test]
+fn replay_reports_the_pool_and_engine_time_per_operation_and_repeats() {
+    let trace = trace_file();
+    for conf in ["expandable_segments:False", "expandable_segments:auto"] {
+        let report = replay_gpu(&trace, &["--conf", conf, "--scale", "4", "--repeat", "3"]);
+        assert_eq!(report["repeat"], 3, "{report}");
+        let runs = report["runs"].as_array().expect("runs");
+        assert_eq!(runs.len(), 3);
+        for run in runs {
+            let replay = run["replay_time_s"].as_f64().unwrap();
+            let outside = replay
+                - run["driver_time_s"].as_f64().unwrap()
+                - run["unmap_wait_s"].as_f64().unwrap();
+            let ns = run["pool_ns_per_op"].as_f64().unwrap();
+            assert!(ns > 0.0, "{run}");
+            assert!(
+                (ns - outside * 1e9 / 80.0).abs() < 1e-3 * ns.max(1.0),
+                "{run}"
+            );
+            assert_eq!(run["wrapper_orderings"], 0, "{run}");
+        }
+        // The cache was released between runs: every run allocated device memory again.
+        assert!(
+            runs.iter()
+                .all(|r| r["device_allocations"].as_u64().unwrap() > 0)
+        );
+        assert_eq!(report["pool_ns_per_op"], runs[0]["pool_ns_per_op"]);
+        let rest = &report["rest_median"];
+        let mut rest_ns: Vec<f64> = runs[1..]
+            .iter()
+            .map(|r| r["pool_ns_per_op"].as_f64().unwrap())
+            .collect();
+        rest_ns.sort_by(f64::total_cmp);
+        assert_eq!(rest["pool_ns_per_op"].as_f64().unwrap(), rest_ns[1]);
+        let engine = report["engine_ns_per_op"]
+            .as_f64()
+            .expect("engine baseline");
+        assert!(engine > 0.0);
+        let ratio = report["pool_over_engine"].as_f64().unwrap();
+        assert!((ratio - rest_ns[1] / engine).abs() < 1e-9, "{report}");
+        assert_eq!(report["wrapper_orderings"], 0);
+    }
+    let _ = std::fs::remove_file(&trace);
+}
+
 #[test]
 fn scale_needs_gpu_and_a_positive_divisor() {
     let trace =
         std::env::temp_dir().join(format!("wgpool-replay-gpu-s-{}.csv", std::process::id()));
     std::fs::write(&trace, "action,id,size,stream\nalloc,1,4096,0\n").unwrap();
-    for args in [vec!["--scale", "2"], vec!["--gpu", "--scale", "0"]] {
+    for args in [
+        vec!["--scale", "2"],
+        vec!["--gpu", "--scale", "0"],
+        vec!["--repeat", "2"],
+        vec!["--gpu", "--repeat", "0"],
+    ] {
         let output = Command::new(env!("CARGO_BIN_EXE_wgpool"))
             .arg("replay")
             .arg(&trace)

@@ -179,3 +179,92 @@ fn wrappers_and_ranges_are_counted_and_timed_as_driver_work() {
         "releasing is timed too: {after:?}"
     );
 }
+
+/// Four adjacent blocks of a fresh pool (the wrappers are not looked at: that would expose
+/// them).
+fn four_adjacent(pool: &Pool) -> Vec<Block> {
+    let blocks: Vec<Block> = (0..4).map(|_| pool.alloc(BLOCK).unwrap()).collect();
+    for pair in blocks.windows(2) {
+        assert_eq!(pair[1].offset(), pair[0].offset() + pair[0].capacity());
+        assert_eq!(pair[1].segment(), pair[0].segment());
+    }
+    blocks
+}
+
+/// Issue 21: bytes no GPU work reached need no ordering, however wrappers change over them
+/// (a replay, or blocks only allocated and dropped).
+#[test]
+fn bytes_no_work_reached_are_reused_without_ordering() {
+    let pool = pages_pool(FreeTiming::AfterSubmit);
+    for round in 0..50 {
+        let blocks = four_adjacent(&pool);
+        let start = blocks[0].offset();
+        drop(blocks);
+        // Over all four: the bytes of four wrappers, none of them used.
+        let over = pool.alloc_labeled(4 * BLOCK, "over").unwrap();
+        assert!(overlaps(&over, start, 4 * BLOCK), "round {round}");
+    }
+    assert_eq!(pool.device_memory_usage().wrapper_orderings, 0);
+}
+
+/// Issue 21: an ordering settles all work submitted before it, also of bytes freed after
+/// it; under `AtDrop`, with no submission points to go by, reusing such bytes across
+/// wrappers orders again. Every block reads what was written last either way.
+#[test]
+fn an_ordering_settles_work_submitted_before_it_also_when_freed_later() {
+    let gpu = common::gpu();
+    let kernels = Kernels::new(gpu.device(), gpu.queue());
+    for (timing, expected) in [(FreeTiming::AfterSubmit, 1), (FreeTiming::AtDrop, 2)] {
+        let pool = pages_pool(timing);
+        let mut blocks = four_adjacent(&pool);
+        let start = blocks[0].offset();
+        let mut encoder = gpu.device().create_command_encoder(&Default::default());
+        for (i, block) in blocks.iter().enumerate() {
+            record_fill(&kernels, &mut encoder, block, i as u32);
+        }
+        pool.submit([encoder.finish()]);
+        let (c, d) = (blocks.pop().unwrap(), blocks.pop().unwrap());
+        drop((c, d));
+        let x = pool.alloc_labeled(2 * BLOCK, "x").unwrap();
+        assert!(overlaps(&x, start + 2 * BLOCK, 2 * BLOCK));
+        assert_eq!(pool.device_memory_usage().wrapper_orderings, 1);
+        // A and B: work submitted before that ordering, freed after it.
+        drop(blocks);
+        let y = pool.alloc_labeled(2 * BLOCK, "y").unwrap();
+        assert!(overlaps(&y, start, 2 * BLOCK));
+        let usage = pool.device_memory_usage();
+        assert_eq!(usage.wrapper_orderings, expected, "{timing:?}");
+        let mut encoder = gpu.device().create_command_encoder(&Default::default());
+        record_fill(&kernels, &mut encoder, &x, 0xF1F1_F1F1);
+        record_fill(&kernels, &mut encoder, &y, 0xF2F2_F2F2);
+        pool.submit([encoder.finish()]);
+        assert!(words(&pool, &x).iter().all(|&w| w == 0xF1F1_F1F1));
+        assert!(words(&pool, &y).iter().all(|&w| w == 0xF2F2_F2F2));
+    }
+}
+
+/// Issue 21: the pool's own transfers count as work, submitted when they ran: bytes written
+/// after an ordering are ordered again before reuse across wrappers.
+#[test]
+fn transfers_after_an_ordering_are_ordered_again() {
+    let pool = pages_pool(FreeTiming::AfterSubmit);
+    let blocks = four_adjacent(&pool);
+    let start = blocks[0].offset();
+    for (i, block) in blocks.iter().enumerate() {
+        pool.write(block, &vec![i as u8; BLOCK as usize]).unwrap();
+    }
+    drop(blocks);
+    let first = pool.alloc_labeled(2 * BLOCK, "first").unwrap();
+    let second = pool.alloc_labeled(2 * BLOCK, "second").unwrap();
+    assert!(overlaps(&first, start, 2 * BLOCK) && overlaps(&second, start + 2 * BLOCK, 2 * BLOCK));
+    assert_eq!(pool.device_memory_usage().wrapper_orderings, 1);
+    pool.write(&first, &vec![0xA1; 2 * BLOCK as usize]).unwrap();
+    pool.write(&second, &vec![0xA2; 2 * BLOCK as usize])
+        .unwrap();
+    drop((first, second));
+    let over = pool.alloc_labeled(4 * BLOCK, "over").unwrap();
+    assert!(overlaps(&over, start, 4 * BLOCK));
+    assert_eq!(pool.device_memory_usage().wrapper_orderings, 2);
+    pool.write(&over, &vec![0xEE; 4 * BLOCK as usize]).unwrap();
+    assert_eq!(pool.read(&over).unwrap(), vec![0xEE; 4 * BLOCK as usize]);
+}

@@ -71,6 +71,11 @@ pub struct ReplayArgs {
     /// With --gpu: divide every size by N, so that a large trace fits a small device.
     #[arg(long, value_name = "N", requires = "gpu", value_parser = clap::value_parser!(u64).range(1..))]
     scale: Option<u64>,
+    /// With --gpu: replay the trace N times in one process, releasing the pool's cache
+    /// between runs (as torch.cuda.empty_cache), and report the first run (a cold start)
+    /// and the median of the rest.
+    #[arg(long, value_name = "N", requires = "gpu", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    repeat: Option<u32>,
 }
 
 /// Default of `--history-entries`.
@@ -103,6 +108,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     if args.gpu {
         let options = wgpool::trace::GpuReplayOptions::default()
             .with_scale(args.scale.unwrap_or(1))
+            .with_repeat(args.repeat.unwrap_or(1))
             .with_device_memory(device_memory);
         return super::replay_gpu::run(&trace, &args.file, &config, &options, args.json);
     }

@@ -86,8 +86,24 @@ fn text_report(file: &std::path::Path, r: &GpuReplayReport) -> String {
             r.num_alloc_retries, r.num_ooms
         ),
         format!("wall time          {:.3} s", r.wall_time_s),
+        format!(
+            "pool time          {:.1} ns/op outside driver calls{}",
+            r.pool_ns_per_op,
+            match (r.engine_ns_per_op, r.pool_over_engine) {
+                (Some(engine), Some(ratio)) =>
+                    format!("; the engine alone {engine:.1} ns/op ({ratio:.2}x)"),
+                _ => String::new(),
+            }
+        ),
     ]
-    .iter()
+    .into_iter()
+    .chain(r.rest_median.iter().map(|rest| {
+        format!(
+            "repeat             {} runs; after the first, median: {:.3} s, driver {:.3} s, \
+             {:.1} ns/op outside driver calls",
+            r.repeat, rest.replay_time_s, rest.driver_time_s, rest.pool_ns_per_op
+        )
+    }))
     .map(|line| format!("{line}\n"))
     .collect()
 }

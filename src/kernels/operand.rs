@@ -32,7 +32,7 @@ impl Block {
     /// Counts as exposing the block (see [`FreeTiming`](crate::pool::FreeTiming)).
     pub fn operand(&self) -> Operand<'_> {
         self.expose();
-        let (buffer, offset) = self.place();
+        let (buffer, offset) = self.exposed_place();
         Operand {
             buffer,
             offset,

@@ -81,9 +81,10 @@ impl Pool {
                 if let Some(log) = &mut memory.history {
                     log.block(Action::Alloc, &allocation, 0, now_us());
                 }
-                let (buffer, wrapper) = memory.block_buffer(&allocation);
+                let (buffer, wrapper, inherited) = memory.block_buffer(&allocation);
                 let mut parts = BlockParts::new(allocation, buffer, Residency::Device);
                 parts.wrapper = wrapper;
+                *parts.inherited_work.get_mut() = inherited;
                 parts
             }
             Err(AllocError::OutOfMemory(mut oom)) => {

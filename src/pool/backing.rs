@@ -1,14 +1,17 @@
 //! What backs a device pool: fixed segment buffers, or page-mapped address ranges.
 
 use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
 
+use super::block::BlockParts;
 use super::error::PoolError;
 use super::options::PoolOptions;
 use super::segment_buffers::SegmentBuffers;
-use super::wrappers::Wrappers;
+use super::wrappers::{WorkClock, Wrappers};
 use crate::config::{Config, ExpandableSegments};
 use crate::engine::{
     Allocation, MemoryMode, PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError,
@@ -151,6 +154,10 @@ pub(crate) fn choose(
 /// The memory behind a device pool's engine, and the pool's event log while it records.
 pub(crate) struct Backing {
     pub source: Source,
+    /// Counts the calls that may have changed the device memory held (segments created or
+    /// released, ranges, maps, unmaps, held memory released), shared with the pool so that
+    /// a watcher can tell without taking the pool's lock.
+    pub changes: Arc<AtomicU64>,
     /// The event log, while the pool records its history (`Pool::record_history`): segments
     /// created and released, ranges placed, pages mapped and unmapped.
     pub history: Option<EventLog>,
@@ -168,17 +175,19 @@ impl Backing {
     fn new(source: Source) -> Backing {
         Backing {
             source,
+            changes: Arc::default(),
             history: None,
             wrappers: Wrappers::default(),
         }
     }
 
-    /// The buffer a new device block is reached through, and the index of that wrapper:
-    /// the segment's buffer, or in pages mode one of its range's wrappers, chosen by the rule
-    /// in [`wrappers`](super::wrappers) (which may order GPU work first).
-    pub fn block_buffer(&mut self, allocation: &Allocation) -> (wgpu::Buffer, u32) {
+    /// The buffer a new device block is reached through, the index of that wrapper, and the
+    /// stamp of unsettled work it takes over (0 for none): the segment's buffer, or in pages
+    /// mode one of its range's wrappers, chosen by the rule in [`wrappers`](super::wrappers)
+    /// (which may order GPU work first).
+    pub fn block_buffer(&mut self, allocation: &Allocation) -> (wgpu::Buffer, u32, u64) {
         match &mut self.source {
-            Source::Segments(segments) => (segments.buffer(allocation.segment).clone(), 0),
+            Source::Segments(segments) => (segments.buffer(allocation.segment).clone(), 0, 0),
             Source::Pages(pages) => self.wrappers.assign(
                 pages,
                 allocation.segment.0,
@@ -188,11 +197,27 @@ impl Backing {
         }
     }
 
-    /// Notes a device block freed to the engine (before the engine frees it).
-    pub fn block_freed(&mut self, segment: SegmentId, offset: u64, size: u64, wrapper: u32) {
+    /// Notes a device block freed to the engine (before the engine frees it), with the GPU
+    /// work that reached it (`BlockParts::gpu_work`) and the unsettled work it took over.
+    pub fn block_freed(&mut self, parts: &BlockParts) {
         if let Source::Pages(_) = &self.source {
-            self.wrappers.freed(segment.0, offset, size, wrapper);
+            let stamp = self.wrappers.clock.stamp(
+                parts.gpu_work.load(Ordering::Relaxed),
+                parts.inherited_work.load(Ordering::Relaxed),
+            );
+            self.wrappers.freed(
+                parts.segment.0,
+                parts.offset,
+                parts.capacity,
+                parts.wrapper,
+                stamp,
+            );
         }
+    }
+
+    /// Sets the device's work clock, which tells what freed bytes need ordering.
+    pub fn set_work_clock(&mut self, clock: WorkClock) {
+        self.wrappers.clock = clock;
     }
 
     /// The pool's mode.
@@ -258,7 +283,9 @@ impl Backing {
         }
     }
 
+    /// The source, for a call that may change the device memory held.
     fn source(&mut self) -> &mut dyn SegmentSource {
+        self.changes.fetch_add(1, Ordering::Relaxed);
         match &mut self.source {
             Source::Segments(segments) => segments,
             Source::Pages(pages) => &mut **pages,

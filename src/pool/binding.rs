@@ -89,7 +89,7 @@ impl Block {
             });
         }
         self.expose();
-        let (buffer, offset) = self.place();
+        let (buffer, offset) = self.exposed_place();
         Ok(wgpu::BufferBinding {
             buffer,
             offset: offset + start,

@@ -1,6 +1,7 @@
 //! `Block`: an RAII handle to a piece of a segment buffer.
 
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use super::Residency;
@@ -31,7 +32,22 @@ pub(crate) struct BlockParts {
     pub share: OnceLock<Arc<SharedPlace>>,
     /// Which of its range's wrappers `buffer` is (pages mode; 0 otherwise).
     pub wrapper: u32,
+    /// What GPU work may have reached the block's bytes since the engine handed them out
+    /// ([`EXPOSED`], [`TRANSFERRED`]); kept across reuse-cache handouts, which never leave
+    /// the bytes.
+    pub gpu_work: AtomicU8,
+    /// In pages mode, the work clock value of unsettled work of an earlier occupant of these
+    /// bytes that the block took over with their wrapper (0 for none); see the `wrappers`
+    /// module.
+    pub inherited_work: AtomicU64,
 }
+
+/// [`BlockParts::gpu_work`]: the block was exposed (its binding, operand, slice or buffer
+/// taken), so recorded commands may use it; their submission is marked by a submission point.
+pub(crate) const EXPOSED: u8 = 1;
+/// [`BlockParts::gpu_work`]: the crate submitted a transfer or move that reached the block's
+/// bytes, with no submission point after it.
+pub(crate) const TRANSFERRED: u8 = 2;
 
 impl BlockParts {
     pub fn new(allocation: Allocation, buffer: wgpu::Buffer, residency: Residency) -> BlockParts {
@@ -40,6 +56,8 @@ impl BlockParts {
             generation: 0,
             exposure: ExposureSpan::default(),
             share: OnceLock::new(),
+            gpu_work: AtomicU8::new(0),
+            inherited_work: AtomicU64::new(0),
             wrapper: 0,
             label: None,
             id: allocation.block,
@@ -199,6 +217,7 @@ impl Block {
     /// [`FreeTiming`](super::FreeTiming)).
     #[inline]
     pub(crate) fn expose(&self) {
+        self.parts.gpu_work.fetch_or(EXPOSED, Ordering::Relaxed);
         if self.shared.holds_for_recordings() {
             let ticket = self.shared.submissions.recordings.thread_ticket();
             self.parts.exposure.include(ticket);
@@ -228,8 +247,16 @@ impl Block {
     }
 
     /// The buffer and offset, for the crate's own transfers, which submit at once and so
-    /// do not expose the block.
+    /// do not expose the block; noted as a transfer that reached its bytes.
     pub(crate) fn place(&self) -> (&wgpu::Buffer, u64) {
+        self.parts.gpu_work.fetch_or(TRANSFERRED, Ordering::Relaxed);
+        (&self.parts.buffer, self.parts.offset)
+    }
+
+    /// The buffer and offset of a block that was just exposed (a binding or an operand
+    /// handed out), whose work is recorded, not submitted by the crate.
+    pub(crate) fn exposed_place(&self) -> (&wgpu::Buffer, u64) {
+        debug_assert!(self.parts.gpu_work.load(Ordering::Relaxed) & EXPOSED != 0);
         (&self.parts.buffer, self.parts.offset)
     }
 

@@ -78,6 +78,7 @@ use options::default_held_limit;
 use pool_shared::{BindingLimits, PoolShared, PoolState};
 use reuse_cache::ReuseCache;
 use submissions::DeviceSubmissions;
+use wrappers::WorkClock;
 
 /// A caching pool of device memory. Cheap to clone: clones share the same pool.
 /// `Pool` is `Send + Sync`; allocation and free from many threads are serialized by one lock
@@ -191,6 +192,11 @@ impl Pool {
             );
         }
         memory.set_limit(engine.memory_cap());
+        let submissions = DeviceSubmissions::for_device(device);
+        memory.set_work_clock(WorkClock::new(
+            submissions.points.clone(),
+            options.free_timing == FreeTiming::AfterSubmit,
+        ));
         let held_limit = match options.held_limit_action {
             HeldLimitAction::Off => None,
             HeldLimitAction::Warn | HeldLimitAction::Error => Some(
@@ -199,7 +205,7 @@ impl Pool {
                     .unwrap_or_else(|| default_held_limit(engine.memory_cap(), device_memory)),
             ),
         };
-        let submissions = DeviceSubmissions::for_device(device);
+        let memory_changes = memory.changes.clone();
         let pool = Pool {
             shared: Arc::new(PoolShared {
                 device: device.clone(),
@@ -223,6 +229,7 @@ impl Pool {
                 usage,
                 free_timing: options.free_timing,
                 device_memory,
+                memory_changes: memory_changes.clone(),
                 submissions,
                 held_limit,
                 held_limit_action: options.held_limit_action,
@@ -283,6 +290,21 @@ impl Pool {
     /// page chunks), its peak, and the time spent in the driver getting and giving it back.
     pub fn device_memory_usage(&self) -> DeviceMemoryUsage {
         self.shared.lock().memory.usage_report()
+    }
+
+    /// A counter that grows whenever the pool may have gotten or given back device memory;
+    /// read without the pool's lock, for watchers that query the device only then.
+    pub(crate) fn device_memory_changes(&self) -> u64 {
+        self.shared
+            .memory_changes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How the pool maps pages (page size, largest range, usual range), or `None` with fixed
+    /// segments: the device facts its engine places blocks with.
+    pub fn page_mapping(&self) -> Option<crate::engine::PageMapping> {
+        use crate::engine::SegmentSource;
+        self.shared.lock().memory.page_mapping()
     }
 
     /// When dropped blocks may be reused.

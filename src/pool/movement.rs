@@ -1,6 +1,8 @@
 //! Moving blocks between device and host memory: `offload` and `prefetch`.
 
-use super::block::BlockParts;
+use std::sync::atomic::Ordering;
+
+use super::block::{BlockParts, TRANSFERRED};
 use super::error::{MoveError, ReadWriteError};
 use super::pool_shared::{PoolShared, PoolState, free_to_engine};
 use super::{Block, Pool, Residency};
@@ -73,9 +75,10 @@ impl Pool {
                     other => MoveError::Alloc(other),
                 })?
         };
-        let (buffer, wrapper) = state.memory.block_buffer(&allocation);
+        let (buffer, wrapper, inherited) = state.memory.block_buffer(&allocation);
         let mut target = BlockParts::new(allocation, buffer, Residency::Device);
         target.wrapper = wrapper;
+        *target.inherited_work.get_mut() = inherited;
         let bindable = state.host.as_ref().is_some_and(|h| h.bindable);
         let copied = if bindable {
             self.dma(block.parts(), &target)
@@ -112,6 +115,8 @@ impl Pool {
     /// Copies the block's bytes from `from` to `to` with `copy_buffer_to_buffer`.
     fn dma(&self, from: &BlockParts, to: &BlockParts) -> Result<(), MoveError> {
         let bytes = from.size.div_ceil(4) * 4;
+        from.gpu_work.fetch_or(TRANSFERRED, Ordering::Relaxed);
+        to.gpu_work.fetch_or(TRANSFERRED, Ordering::Relaxed);
         let PoolShared { device, queue, .. } = &*self.shared;
         catch(device, || {
             let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -126,6 +131,7 @@ impl Pool {
     /// Copies a host block that no copy can read (no `MAPPABLE_PRIMARY_BUFFERS`) by mapping
     /// it, then writing the bytes to `to`.
     fn copy_through_cpu(&self, block: &Block, to: &BlockParts) -> Result<(), MoveError> {
+        to.gpu_work.fetch_or(TRANSFERRED, Ordering::Relaxed);
         let bytes = self
             .read_words(block, 0, block.bound_size())
             .map_err(|error| match error {

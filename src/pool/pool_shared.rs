@@ -96,6 +96,8 @@ pub(crate) struct PoolShared {
     pub device_memory: Option<u64>,
     /// The recordings and submission points of the device, shared by its pools.
     pub submissions: Arc<DeviceSubmissions>,
+    /// The memory layer's count of calls that may change device memory (`Backing::changes`).
+    pub memory_changes: Arc<AtomicU64>,
     /// The bound on held bytes, resolved to bytes (`None`: no bound).
     pub held_limit: Option<u64>,
     /// What passing `held_limit` does.
@@ -244,7 +246,9 @@ impl PoolShared {
     /// that the engine sees all free memory and exact statistics.
     pub fn lock_flushed(&self) -> MutexGuard<'_, PoolState> {
         let mut state = self.lock();
-        let (parked, counts) = self.reuse.drain();
+        // Dropping the parked blocks' pool references is safe: the caller reached `self`
+        // through a reference of its own, so none of these is the last one.
+        let counts = self.reuse.drain(|parts| free_to_engine(&mut state, *parts));
         for pool in [SegmentKind::Small, SegmentKind::Large] {
             let i = pool.index();
             if counts.reuses[i] > 0 {
@@ -261,11 +265,6 @@ impl PoolShared {
                     oversize,
                 );
             }
-        }
-        // Dropping the parked blocks' pool references here is safe: the caller reached `self`
-        // through a reference of its own, so none of these is the last one.
-        for (_reference, parts) in parked {
-            free_to_engine(&mut state, *parts);
         }
         state
     }
@@ -314,9 +313,7 @@ pub(crate) fn free_to_engine(state: &mut PoolState, parts: BlockParts) {
     }
     let freed = match parts.residency {
         Residency::Device => {
-            state
-                .memory
-                .block_freed(parts.segment, parts.offset, parts.capacity, parts.wrapper);
+            state.memory.block_freed(&parts);
             if let Some(log) = &mut state.memory.history
                 && let Some(allocation) = state.engine.allocation(parts.id)
             {

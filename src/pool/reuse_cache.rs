@@ -127,10 +127,11 @@ impl<O, P: Reusable> ReuseCache<O, P> {
         Some(result)
     }
 
-    fn with<R>(&self, mut work: impl FnMut(&mut Contents<O, P>) -> R) -> R {
+    fn with<R>(&self, work: impl FnOnce(&mut Contents<O, P>) -> R) -> R {
+        let mut work = Some(work);
         loop {
-            if let Some(result) = self.try_with(&mut work) {
-                return result;
+            if let Some(result) = self.try_with(|contents| work.take().map(|w| w(contents))) {
+                return result.expect("the work runs once, when the flag is taken");
             }
             std::hint::spin_loop();
         }
@@ -169,12 +170,19 @@ impl<O, P: Reusable> ReuseCache<O, P> {
         parked.map_or(Ok(()), Err)
     }
 
-    /// Empties the cache: the parked blocks (to free through the engine) and the reuse counts
-    /// since the last drain. The caller must reach the cache through a reference of its own,
-    /// not one of the parked ones (rule 2), so dropping the returned references never drops
-    /// the owner under it.
-    pub fn drain(&self) -> (Vec<Parked<O, P>>, ReuseCounts) {
-        self.with(|c| (c.parked.drain(..).collect(), std::mem::take(&mut c.counts)))
+    /// Empties the cache: hands each parked block to `free` (to free it through the engine)
+    /// and returns the reuse counts since the last drain. The caller must reach the cache
+    /// through a reference of its own, not one of the parked ones (rule 2), so dropping the
+    /// parked references never drops the owner under it. `free` runs under the cache's flag
+    /// and must not reach the cache; other threads meanwhile neither park nor take (they go
+    /// to the engine instead).
+    pub fn drain(&self, mut free: impl FnMut(Box<P>)) -> ReuseCounts {
+        self.with(|c| {
+            for (_reference, parts) in c.parked.drain(..) {
+                free(parts);
+            }
+            std::mem::take(&mut c.counts)
+        })
     }
 }
 
@@ -307,9 +315,15 @@ mod tests {
         drop((back, item));
         // The owner's last handle goes: count it down, then drain through our own reference.
         owner.handles.store(0, Ordering::SeqCst);
-        let (parked, counts) = owner.cache.drain();
+        let mut parked = Vec::new();
+        let counts = owner.cache.drain(|parts| parked.push(parts));
         assert_eq!(counts, ReuseCounts::default(), "nothing was reused");
-        let mut ids: Vec<u64> = parked.iter().map(|p| p.1.id).collect();
+        assert_eq!(
+            Arc::strong_count(&owner),
+            1,
+            "every parked reference was dropped"
+        );
+        let mut ids: Vec<u64> = parked.iter().map(|p| p.id).collect();
         ids.sort_unstable();
         assert_eq!(
             ids,
@@ -318,11 +332,6 @@ mod tests {
         );
         drop(parked);
         assert_eq!(part_drops.load(Ordering::SeqCst), CAPACITY as u64 + 1);
-        assert_eq!(
-            Arc::strong_count(&owner),
-            1,
-            "every parked reference was dropped"
-        );
         assert_eq!(owner_drops.load(Ordering::SeqCst), 0);
         drop(owner);
         assert_eq!(
@@ -344,13 +353,14 @@ mod tests {
         let (_, second) = owner.cache.take(100).expect("another one");
         assert_eq!((first.id, second.id), (3, 1));
         assert!(owner.cache.take(100).is_none());
-        let (rest, counts) = owner.cache.drain();
-        assert_eq!(rest.len(), 1);
+        let mut rest = 0;
+        let counts = owner.cache.drain(|_| rest += 1);
+        assert_eq!(rest, 1);
         assert_eq!(counts.reuses, [2, 0]);
         assert_eq!(counts.bytes, [1024, 0]);
         assert_eq!(counts.requested, [200, 0]);
         assert_eq!(
-            owner.cache.drain().1,
+            owner.cache.drain(|_| {}),
             ReuseCounts::default(),
             "a drain resets the counts"
         );
@@ -422,9 +432,8 @@ mod tests {
             made += m;
             returned += r;
         }
-        let (still_parked, _) = owner.cache.drain();
-        let parked = still_parked.len() as u64;
-        drop(still_parked);
+        let mut parked = 0u64;
+        owner.cache.drain(|_| parked += 1);
         assert_eq!(
             made,
             returned + parked,

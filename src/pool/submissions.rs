@@ -11,7 +11,7 @@
 //! Every pool on one device shares one [`DeviceSubmissions`]: a submission point reached
 //! through any of them, or through [`mark_submitted`], covers the blocks of all of them.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::pool_shared::PoolShared;
@@ -28,6 +28,10 @@ pub(crate) struct DeviceSubmissions {
     /// Blocks held back in all pools of the device; submission points skip the pools when
     /// there are none.
     held_blocks: AtomicUsize,
+    /// Counts the submission points reached on the device, in any way: the work clock that
+    /// tells a page-mapped pool whether the work of freed bytes may have been submitted
+    /// after its last ordering (see the `wrappers` module).
+    pub points: Arc<AtomicU64>,
 }
 
 /// Every device's set, weakly: a set lives while a pool on its device does.
@@ -50,6 +54,7 @@ impl DeviceSubmissions {
             recordings: Recordings::new(),
             pools: Mutex::new(Vec::new()),
             held_blocks: AtomicUsize::new(0),
+            points: Arc::new(AtomicU64::new(0)),
         });
         devices.push(Arc::downgrade(&set));
         set
@@ -83,14 +88,22 @@ impl DeviceSubmissions {
 
     /// The calling thread's commands recorded so far are submitted.
     pub fn thread_submitted(&self) {
+        self.tick();
         self.recordings.close_thread();
         self.release_held();
     }
 
     /// Every command recorded so far, on any thread, is submitted.
     pub fn all_submitted(&self) {
+        self.tick();
         self.recordings.close_all();
         self.release_held();
+    }
+
+    /// Counts a submission point, before the recordings it closes free anything: a block
+    /// freed after it carries a clock value past it.
+    fn tick(&self) {
+        self.points.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Frees, in every pool of the device, the held blocks that no open recording may name.
@@ -155,6 +168,7 @@ impl Recording {
 impl Drop for Recording {
     fn drop(&mut self) {
         if let Some(ticket) = self.ticket.take() {
+            self.submissions.tick();
             self.submissions.recordings.close(ticket);
             self.submissions.release_held();
         }

@@ -41,10 +41,79 @@
 //!
 //! The reuse cache hands a parked block out again with its wrapper, untouched: it never left
 //! its bytes.
+//!
+//! # Only work that exists is ordered, once
+//!
+//! An ordering costs an empty submission (about a third of pages mode's time per operation
+//! on a replay of a KV-cache decode on lavapipe, where nothing runs on the GPU at all). Two
+//! facts make most of them unnecessary:
+//!
+//! - **Bytes no GPU work reached need no ordering.** A block records whether it was exposed
+//!   (a binding, operand, slice or buffer taken) or reached by one of the crate's transfers
+//!   or moves. Freed bytes of a block that was neither leave no pending extent.
+//! - **An ordering settles all work submitted before it.** The device's *work clock* counts
+//!   submission points. A freed extent is stamped with the clock when it is freed: under
+//!   `AfterSubmit` an exposed block is freed only after the submission point that closed its
+//!   last recording, so its work was submitted before the clock reached the stamp; a
+//!   transfer ticks the clock when the block is freed, after the transfer was submitted. An
+//!   ordering notes the clock it was issued at; an extent whose stamp is not later was
+//!   submitted before it and is settled. Under `AtDrop` there are no submission points to
+//!   trust, so every extent with work is stamped "never settled" and orders as before.
+//!
+//! A new block that takes over an unsettled extent with its wrapper (the second case) also
+//! takes over its stamp, so the obligation is not lost if the new block leaves without work
+//! of its own.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::block::TRANSFERRED;
 use crate::gpu::sparse::PagedMemory;
+
+/// The device's work clock as a page-mapped pool reads it (see the module documentation).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct WorkClock {
+    /// Submission points reached on the device (shared by its pools).
+    points: Arc<AtomicU64>,
+    /// Whether the pool's blocks are freed only after their recordings' submission points
+    /// (`FreeTiming::AfterSubmit`); else no stamp is ever settled.
+    counted: bool,
+}
+
+/// The stamp of work that no ordering settles.
+const NEVER_SETTLED: u64 = u64::MAX;
+
+impl WorkClock {
+    /// The clock of a device's submission points; `counted` as for the field.
+    pub fn new(points: Arc<AtomicU64>, counted: bool) -> WorkClock {
+        WorkClock { points, counted }
+    }
+
+    /// The clock now.
+    pub fn now(&self) -> u64 {
+        self.points.load(Ordering::SeqCst)
+    }
+
+    /// The stamp of bytes freed now, after the GPU work `work` of their block (and any
+    /// unsettled work it took over, `inherited`); `None` where no work reached them.
+    pub fn stamp(&self, work: u8, inherited: u64) -> Option<u64> {
+        if work == 0 {
+            return (inherited != 0).then_some(inherited);
+        }
+        if !self.counted {
+            return Some(NEVER_SETTLED);
+        }
+        let now = if work & TRANSFERRED != 0 {
+            // The transfer was submitted before the block could be dropped; ticking now
+            // puts its stamp after every ordering issued before it.
+            self.points.fetch_add(1, Ordering::SeqCst) + 1
+        } else {
+            self.now()
+        };
+        Some(now.max(inherited))
+    }
+}
 
 /// Most wrappers made for one range; past it, live blocks share wrappers round-robin.
 pub const MAX_WRAPPERS: usize = 1024;
@@ -56,6 +125,11 @@ pub(crate) struct Wrappers {
     ranges: Vec<Option<RangeWrappers>>,
     /// Extents settled by ordering all later GPU work after all submitted work.
     pub orderings: u64,
+    /// The work clock when the last ordering was issued: extents stamped no later are
+    /// settled.
+    settled_until: u64,
+    /// The device's work clock.
+    pub clock: WorkClock,
 }
 
 #[derive(Default)]
@@ -67,22 +141,23 @@ struct RangeWrappers {
     /// Wrappers that had no user when pushed; an entry whose wrapper has users again is
     /// stale and skipped.
     idle: Vec<u32>,
-    /// Freed extents not yet settled: start -> (end, wrapper).
-    pending: BTreeMap<u64, (u64, u32)>,
+    /// Freed extents not yet settled: start -> (end, wrapper, stamp).
+    pending: BTreeMap<u64, (u64, u32, u64)>,
     /// The next wrapper to share once [`MAX_WRAPPERS`] are made.
     next_shared: u32,
 }
 
 impl Wrappers {
     /// The wrapper (and its index) a new block at `offset..offset + size` of range `id`
-    /// goes through, following the module's rule.
+    /// goes through, following the module's rule, and the stamp of unsettled work the block
+    /// takes over with it (0 for none).
     pub fn assign(
         &mut self,
         pages: &mut PagedMemory,
         id: u32,
         offset: u64,
         size: u64,
-    ) -> (wgpu::Buffer, u32) {
+    ) -> (wgpu::Buffer, u32, u64) {
         let slot = id as usize;
         if self.ranges.len() <= slot {
             self.ranges.resize_with(slot + 1, || None);
@@ -101,17 +176,21 @@ impl Wrappers {
         }
         let end = offset + size;
         let range = self.ranges[slot].as_mut().expect("just made");
-        let previous = range.take_pending(offset, end);
-        let chosen = match previous {
-            Previous::None => None,
-            Previous::One(wrapper) => Some(wrapper),
+        let previous = range.take_pending(offset, end, self.settled_until);
+        let (chosen, inherited) = match previous {
+            Previous::None => (None, 0),
+            Previous::One(wrapper, stamp) => (Some(wrapper), stamp),
             Previous::Several => {
+                // Read before the ordering: every submission point counted so far came
+                // before it.
+                let now = self.clock.now();
                 pages.order_after_submitted();
                 self.orderings += 1;
+                self.settled_until = now;
                 for range in self.ranges.iter_mut().flatten() {
                     range.pending.clear();
                 }
-                None
+                (None, 0)
             }
         };
         let range = self.ranges[slot].as_mut().expect("just made");
@@ -120,12 +199,13 @@ impl Wrappers {
             None => range.unused(pages, id),
         };
         range.users[wrapper as usize] += 1;
-        (range.buffers[wrapper as usize].clone(), wrapper)
+        (range.buffers[wrapper as usize].clone(), wrapper, inherited)
     }
 
     /// Notes that the block at `offset..offset + size` of range `id`, reached through
-    /// `wrapper`, was freed: its extent is pending until settled.
-    pub fn freed(&mut self, id: u32, offset: u64, size: u64, wrapper: u32) {
+    /// `wrapper`, was freed: its extent is pending until settled when `stamp` says GPU work
+    /// reached it (see [`WorkClock::stamp`]).
+    pub fn freed(&mut self, id: u32, offset: u64, size: u64, wrapper: u32, stamp: Option<u64>) {
         let Some(range) = self.ranges.get_mut(id as usize).and_then(Option::as_mut) else {
             return;
         };
@@ -143,7 +223,13 @@ impl Wrappers {
         }
         // A live block's bytes carry no pending extent (its allocation took them), so
         // nothing overlaps the new one.
-        range.pending.insert(offset, (offset + size, wrapper));
+        if let Some(stamp) = stamp
+            && stamp > self.settled_until
+        {
+            range
+                .pending
+                .insert(offset, (offset + size, wrapper, stamp));
+        }
     }
 
     /// Forgets range `id`, released: its wrappers are destroyed with it.
@@ -154,37 +240,42 @@ impl Wrappers {
     }
 }
 
-/// The wrappers that reached the pending extents a new block overlaps.
+/// The wrappers that reached the unsettled pending extents a new block overlaps.
 enum Previous {
     None,
-    One(u32),
+    /// One wrapper, and the latest stamp of its extents.
+    One(u32, u64),
     Several,
 }
 
 impl RangeWrappers {
     /// Removes the pending extents overlapping `start..end` (cutting the ones that stick
-    /// out) and says which wrappers reached them.
-    fn take_pending(&mut self, start: u64, end: u64) -> Previous {
+    /// out) and says which wrappers reached the ones not settled by an ordering issued at
+    /// clock `settled_until`.
+    fn take_pending(&mut self, start: u64, end: u64, settled_until: u64) -> Previous {
         let mut found = Previous::None;
         let mut cut = Vec::new();
-        for (&at, &(until, wrapper)) in self.pending.range(..end).rev() {
+        for (&at, &(until, wrapper, stamp)) in self.pending.range(..end).rev() {
             if until <= start {
                 // Extents never overlap, so none further left reaches `start`.
                 break;
             }
-            cut.push((at, until, wrapper));
+            cut.push((at, until, wrapper, stamp));
         }
-        for (at, until, wrapper) in cut {
+        for (at, until, wrapper, stamp) in cut {
             self.pending.remove(&at);
             if at < start {
-                self.pending.insert(at, (start, wrapper));
+                self.pending.insert(at, (start, wrapper, stamp));
             }
             if until > end {
-                self.pending.insert(end, (until, wrapper));
+                self.pending.insert(end, (until, wrapper, stamp));
+            }
+            if stamp <= settled_until {
+                continue;
             }
             found = match found {
-                Previous::None => Previous::One(wrapper),
-                Previous::One(w) if w == wrapper => Previous::One(w),
+                Previous::None => Previous::One(wrapper, stamp),
+                Previous::One(w, latest) if w == wrapper => Previous::One(w, latest.max(stamp)),
                 _ => Previous::Several,
             };
         }

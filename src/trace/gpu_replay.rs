@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::error::Position;
 use super::ops::{Trace, TraceOp};
+use super::replay::{ReplayOptions, replay};
 use crate::config::Config;
 use crate::engine::AllocError;
 use crate::gpu::sparse::ChunkPolicy;
@@ -24,6 +25,12 @@ pub struct GpuReplayOptions {
     pub device_memory: Option<u64>,
     /// How a page-mapped pool sizes its device memory chunks.
     pub chunk_policy: ChunkPolicy,
+    /// Replays of the trace in one process, through one pool whose cache is released
+    /// (`empty_cache`) between them, as PyTorch's would be (at least 1).
+    pub repeat: u32,
+    /// Replay the same (scaled) trace through the engine alone as well, on a model of the
+    /// same device, for `engine_ns_per_op`.
+    pub engine_baseline: bool,
 }
 
 impl Default for GpuReplayOptions {
@@ -32,6 +39,8 @@ impl Default for GpuReplayOptions {
             scale: 1,
             device_memory: None,
             chunk_policy: ChunkPolicy::default(),
+            repeat: 1,
+            engine_baseline: true,
         }
     }
 }
@@ -54,6 +63,46 @@ impl GpuReplayOptions {
         self.chunk_policy = policy;
         self
     }
+
+    /// Replays the trace `runs` times in one process (at least 1), releasing the pool's
+    /// cache between runs.
+    pub fn with_repeat(mut self, runs: u32) -> Self {
+        self.repeat = runs.max(1);
+        self
+    }
+
+    /// Replays the trace through the engine alone too (the default), or not.
+    pub fn with_engine_baseline(mut self, baseline: bool) -> Self {
+        self.engine_baseline = baseline;
+        self
+    }
+}
+
+/// What one replay of the trace through the pool took (a run of
+/// [`GpuReplayOptions::repeat`]). Times are seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+#[non_exhaustive]
+pub struct GpuReplayRun {
+    /// The trace's operations alone, from the first to the last (pool creation, and freeing
+    /// what the trace leaves live, not included).
+    pub replay_time_s: f64,
+    /// Of `replay_time_s`: in the driver getting and giving back device memory (see
+    /// [`GpuReplayReport::driver_time_s`]).
+    pub driver_time_s: f64,
+    /// Of `replay_time_s`: CPU waits for the GPU before unmapping and for pending binds.
+    pub unmap_wait_s: f64,
+    /// Of `replay_time_s`: ordering GPU work before bytes reached through other wrappers
+    /// are reused (pages mode).
+    pub ordering_time_s: f64,
+    /// The pool's own time per operation: `replay_time_s` less driver time and waits,
+    /// in nanoseconds; what an allocation or free costs the caller beyond the driver.
+    pub pool_ns_per_op: f64,
+    /// Device memory allocations (segment buffers, or chunks).
+    pub device_allocations: u64,
+    /// `vkQueueBindSparse` calls (0 for segments).
+    pub bind_calls: u64,
+    /// Orderings of all later GPU work after all submitted work (pages mode).
+    pub wrapper_orderings: u64,
 }
 
 /// What a replay on a GPU measured. Serialized as `wgpool replay --gpu --json` prints it.
@@ -122,8 +171,31 @@ pub struct GpuReplayReport {
     pub num_alloc_retries: u64,
     /// Allocations that failed with out-of-memory.
     pub num_ooms: u64,
-    /// Wall time of the whole replay, pool creation included.
+    /// Wall time of the first replay, pool creation included.
     pub wall_time_s: f64,
+    /// The first run's [`GpuReplayRun::pool_ns_per_op`]: the pool's time per operation
+    /// outside driver calls and GPU waits.
+    pub pool_ns_per_op: f64,
+    /// The same (scaled) trace replayed through the engine alone in the same process, with
+    /// the same configuration, on a model of the same device (its page mapping and largest
+    /// buffer): nanoseconds per operation, the median of its timed runs. `null` when not
+    /// measured.
+    pub engine_ns_per_op: Option<f64>,
+    /// `pool_ns_per_op / engine_ns_per_op` (the median of the runs after the first where
+    /// there are several): what the pool adds around its engine.
+    pub pool_over_engine: Option<f64>,
+    /// Orderings of all later GPU work after all submitted work in the first run, and
+    /// their CPU time (pages mode; see [`crate::pool::DeviceMemoryUsage::wrapper_orderings`]).
+    pub wrapper_orderings: u64,
+    /// See `wrapper_orderings`.
+    pub ordering_time_s: f64,
+    /// How many times the trace was replayed ([`GpuReplayOptions::repeat`]).
+    pub repeat: u32,
+    /// Every run, the first (a cold start: the driver's first allocations) included.
+    pub runs: Vec<GpuReplayRun>,
+    /// With several runs, the median of each figure over the runs after the first: the
+    /// pool's steady cost with a released cache.
+    pub rest_median: Option<GpuReplayRun>,
 }
 
 /// Why [`replay_on_gpu`] stopped. Each variant keeps the pool's own error.
@@ -135,6 +207,13 @@ pub enum GpuReplayError {
     /// its memory failed.
     #[error(transparent)]
     Pool(#[from] PoolError),
+    /// The engine-alone replay for `engine_ns_per_op` failed (it runs the same
+    /// configuration the pool accepted, so this is not expected).
+    #[error("replaying the trace through the engine alone failed: {message}")]
+    EngineBaseline {
+        /// What failed.
+        message: String,
+    },
     /// An allocation of the trace failed with an error other than out-of-memory (which is
     /// counted, not an error): a request above the largest block the pool serves
     /// ([`AllocError::TooLarge`], which names the size and the device's limit), or a
@@ -182,10 +261,106 @@ pub fn replay_on_gpu(
     }
     let pool = Pool::with_options(gpu.device(), gpu.queue(), config.clone(), pool_options)?;
     let scale = options.scale.max(1);
+    let mut runs = Vec::new();
+    let mut first = None;
+    for run in 0..options.repeat.max(1) {
+        let mut heap = (run == 0).then_some(HeapWatch {
+            before: heap_before,
+            peak: heap_before.map(|_| 0),
+            changes: pool.device_memory_changes(),
+        });
+        let outcome = replay_once(trace, &pool, scale, gpu, heap.as_mut())?;
+        if run == 0 {
+            let stats = pool.memory_stats();
+            let usage = pool.device_memory_usage();
+            first = Some((outcome.peak_live, stats, usage, start.elapsed(), heap));
+        }
+        runs.push(outcome.run);
+        // Between runs the cache goes back to the device, as `torch.cuda.empty_cache()`.
+        pool.empty_cache();
+    }
+    let (peak_live, stats, usage, wall, heap) = first.expect("at least one run");
+    let engine_ns_per_op = if options.engine_baseline {
+        Some(engine_baseline(
+            trace,
+            config,
+            &pool,
+            scale,
+            device_memory,
+            gpu,
+        )?)
+    } else {
+        None
+    };
+    let rest_median = median_run(&runs[1..]);
+    let steady = rest_median.as_ref().unwrap_or(&runs[0]).pool_ns_per_op;
+    let peak_reserved = stats.reserved_bytes.all.peak;
+    let ratio = |x: u64, of: u64| if of == 0 { 0.0 } else { x as f64 / of as f64 };
+    let report = GpuReplayReport {
+        adapter: gpu.info().name.clone(),
+        conf: config.to_conf_string(),
+        mode: pool.memory_mode(),
+        mode_reason: pool.memory_mode_reason(),
+        scale,
+        ops: trace.ops.len() as u64,
+        peak_live_bytes: peak_live,
+        peak_reserved_bytes: peak_reserved,
+        ratio: ratio(peak_reserved, peak_live),
+        peak_allocated_bytes: stats.allocated_bytes.all.peak,
+        device_memory_peak_bytes: usage.device_bytes_peak,
+        device_over_reserved: ratio(usage.device_bytes_peak, peak_reserved),
+        heap_usage_peak_bytes: heap.and_then(|watch| watch.peak),
+        driver_time_s: usage.driver_time.as_secs_f64(),
+        allocation_time_s: usage.allocation_time.as_secs_f64(),
+        bind_time_s: usage.bind_time.as_secs_f64(),
+        unmap_wait_s: usage.unmap_wait_time.as_secs_f64(),
+        device_allocations: usage.allocations,
+        device_frees: usage.frees,
+        bind_calls: usage.bind_calls,
+        range_time_s: usage.range_time.as_secs_f64(),
+        wrappers_created: usage.wrappers_created,
+        segments_created: stats.num_device_alloc,
+        segments_released: stats.num_device_free,
+        num_alloc_retries: stats.num_alloc_retries,
+        num_ooms: stats.num_ooms,
+        wall_time_s: wall.as_secs_f64(),
+        pool_ns_per_op: runs[0].pool_ns_per_op,
+        engine_ns_per_op,
+        pool_over_engine: engine_ns_per_op.map(|engine| steady / engine),
+        wrapper_orderings: usage.wrapper_orderings,
+        ordering_time_s: usage.ordering_time.as_secs_f64(),
+        repeat: options.repeat.max(1),
+        runs,
+        rest_median,
+    };
+    drop(pool);
+    Ok(report)
+}
+
+/// The device heap's usage while the pool runs, read when the pool's device memory changed.
+struct HeapWatch {
+    before: Option<u64>,
+    peak: Option<u64>,
+    /// The pool's device-memory change counter when last read.
+    changes: u64,
+}
+
+/// One run's figures, and the peak of live bytes.
+struct RunOutcome {
+    run: GpuReplayRun,
+    peak_live: u64,
+}
+
+/// Replays the trace once through `pool`, then frees what it left live.
+fn replay_once(
+    trace: &Trace,
+    pool: &Pool,
+    scale: u64,
+    gpu: &GpuContext,
+    mut heap: Option<&mut HeapWatch>,
+) -> Result<RunOutcome, GpuReplayError> {
     let mut slots: Vec<Option<(Block, u64)>> = (0..trace.slots).map(|_| None).collect();
     let (mut live, mut peak_live) = (0u64, 0u64);
-    let mut heap_peak = heap_before.map(|_| 0u64);
-    let mut device_bytes = 0u64;
     let alloc = |size: u64, op: usize| -> Result<Option<Block>, GpuReplayError> {
         match pool.alloc(size.div_ceil(scale).max(1)) {
             Ok(block) => Ok(Some(block)),
@@ -196,11 +371,12 @@ pub fn replay_on_gpu(
             }),
         }
     };
+    let before = pool.device_memory_usage();
+    let start = Instant::now();
     for (i, op) in trace.ops.iter().enumerate() {
         match *op {
             TraceOp::Alloc { slot, size, .. } if size > 0 => {
-                let block = alloc(size, i)?;
-                if let Some(block) = block {
+                if let Some(block) = alloc(size, i)? {
                     let scaled = size.div_ceil(scale);
                     live += scaled;
                     peak_live = peak_live.max(live);
@@ -218,54 +394,82 @@ pub fn replay_on_gpu(
                 drop(alloc(size, i)?);
             }
         }
-        // Read the heap only when the pool's device memory changed: the query is a driver
-        // call.
-        if let (Some(before), Some(peak)) = (heap_before, heap_peak.as_mut()) {
-            let now = pool.device_memory_usage().device_bytes;
-            if now != device_bytes {
-                device_bytes = now;
-                if let Some(usage) = heap_usage(gpu) {
+        // The heap is read only when the pool's device memory may have changed: the query
+        // is a driver call, and the check a load.
+        if let Some(watch) = heap.as_deref_mut() {
+            let changes = pool.device_memory_changes();
+            if changes != watch.changes {
+                watch.changes = changes;
+                if let (Some(before), Some(peak), Some(usage)) =
+                    (watch.before, watch.peak.as_mut(), heap_usage(gpu))
+                {
                     *peak = (*peak).max(usage.saturating_sub(before));
                 }
             }
         }
     }
+    let elapsed = start.elapsed();
+    let after = pool.device_memory_usage();
     drop(slots);
-    let stats = pool.memory_stats();
-    let usage = pool.device_memory_usage();
-    let peak_reserved = stats.reserved_bytes.all.peak;
-    let ratio = |x: u64, of: u64| if of == 0 { 0.0 } else { x as f64 / of as f64 };
-    let report = GpuReplayReport {
-        adapter: gpu.info().name.clone(),
-        conf: config.to_conf_string(),
-        mode: pool.memory_mode(),
-        mode_reason: pool.memory_mode_reason(),
-        scale,
-        ops: trace.ops.len() as u64,
-        peak_live_bytes: peak_live,
-        peak_reserved_bytes: peak_reserved,
-        ratio: ratio(peak_reserved, peak_live),
-        peak_allocated_bytes: stats.allocated_bytes.all.peak,
-        device_memory_peak_bytes: usage.device_bytes_peak,
-        device_over_reserved: ratio(usage.device_bytes_peak, peak_reserved),
-        heap_usage_peak_bytes: heap_peak,
-        driver_time_s: usage.driver_time.as_secs_f64(),
-        allocation_time_s: usage.allocation_time.as_secs_f64(),
-        bind_time_s: usage.bind_time.as_secs_f64(),
-        unmap_wait_s: usage.unmap_wait_time.as_secs_f64(),
-        device_allocations: usage.allocations,
-        device_frees: usage.frees,
-        bind_calls: usage.bind_calls,
-        range_time_s: usage.range_time.as_secs_f64(),
-        wrappers_created: usage.wrappers_created,
-        segments_created: stats.num_device_alloc,
-        segments_released: stats.num_device_free,
-        num_alloc_retries: stats.num_alloc_retries,
-        num_ooms: stats.num_ooms,
-        wall_time_s: start.elapsed().as_secs_f64(),
+    let seconds = |d: std::time::Duration| d.as_secs_f64();
+    let driver = after.driver_time.saturating_sub(before.driver_time);
+    let waits = after.unmap_wait_time.saturating_sub(before.unmap_wait_time);
+    let ops = trace.ops.len().max(1) as f64;
+    let run = GpuReplayRun {
+        replay_time_s: seconds(elapsed),
+        driver_time_s: seconds(driver),
+        unmap_wait_s: seconds(waits),
+        ordering_time_s: seconds(after.ordering_time.saturating_sub(before.ordering_time)),
+        pool_ns_per_op: seconds(elapsed.saturating_sub(driver + waits)) * 1e9 / ops,
+        device_allocations: after.allocations - before.allocations,
+        bind_calls: after.bind_calls - before.bind_calls,
+        wrapper_orderings: after.wrapper_orderings - before.wrapper_orderings,
     };
-    drop(pool);
-    Ok(report)
+    Ok(RunOutcome { run, peak_live })
+}
+
+/// The engine alone on the same operations: the trace with the pool's scaling, the same
+/// configuration, and a modelled device with the pool's page mapping and largest buffer.
+/// Nanoseconds per operation, the median of the timed runs.
+fn engine_baseline(
+    trace: &Trace,
+    config: &Config,
+    pool: &Pool,
+    scale: u64,
+    device_memory: Option<u64>,
+    gpu: &GpuContext,
+) -> Result<f64, GpuReplayError> {
+    let scaled = trace.scaled(scale);
+    let options = ReplayOptions::default()
+        .with_device_memory(device_memory)
+        .with_page_mapping(pool.page_mapping())
+        .with_max_segment_size(Some(gpu.limits().max_buffer_size));
+    let report = replay(&scaled, config, &options)
+        .map_err(|message| GpuReplayError::EngineBaseline { message })?;
+    Ok(report.ns_per_op_median)
+}
+
+/// The median of each figure over `runs`; `None` for none.
+fn median_run(runs: &[GpuReplayRun]) -> Option<GpuReplayRun> {
+    if runs.is_empty() {
+        return None;
+    }
+    fn median<T: Copy + PartialOrd>(mut values: Vec<T>) -> T {
+        values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        values[values.len() / 2]
+    }
+    let f = |get: fn(&GpuReplayRun) -> f64| median(runs.iter().map(get).collect());
+    let n = |get: fn(&GpuReplayRun) -> u64| median(runs.iter().map(get).collect());
+    Some(GpuReplayRun {
+        replay_time_s: f(|r| r.replay_time_s),
+        driver_time_s: f(|r| r.driver_time_s),
+        unmap_wait_s: f(|r| r.unmap_wait_s),
+        ordering_time_s: f(|r| r.ordering_time_s),
+        pool_ns_per_op: f(|r| r.pool_ns_per_op),
+        device_allocations: n(|r| r.device_allocations),
+        bind_calls: n(|r| r.bind_calls),
+        wrapper_orderings: n(|r| r.wrapper_orderings),
+    })
 }
 
 /// Usage of the device-local heaps, where the driver reports it.

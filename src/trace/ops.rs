@@ -83,6 +83,42 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// The trace with every size divided by `scale`, rounded up, and at least 1 byte (as
+    /// `wgpool replay --gpu --scale` replays it); `scale` 1 borrows the trace as it is.
+    ///
+    /// ```
+    /// use wgpool::trace::{Trace, TraceOp};
+    /// let trace = Trace {
+    ///     ops: vec![TraceOp::Alloc { slot: 0, size: 1000, stream: 0 }, TraceOp::Free { slot: 0 }],
+    ///     slots: 1,
+    ///     ..Trace::default()
+    /// };
+    /// let scaled = trace.scaled(16);
+    /// assert!(matches!(scaled.ops[0], TraceOp::Alloc { size: 63, .. }));
+    /// ```
+    pub fn scaled(&self, scale: u64) -> std::borrow::Cow<'_, Trace> {
+        if scale <= 1 {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let divide = |size: u64| {
+            if size == 0 {
+                0
+            } else {
+                size.div_ceil(scale).max(1)
+            }
+        };
+        let mut scaled = self.clone();
+        for op in &mut scaled.ops {
+            match op {
+                TraceOp::Alloc { size, .. } | TraceOp::Refused { size, .. } => {
+                    *size = divide(*size)
+                }
+                TraceOp::Free { .. } => {}
+            }
+        }
+        std::borrow::Cow::Owned(scaled)
+    }
+
     /// Where operation `op` is in the input.
     pub fn position(&self, op: usize) -> Position {
         let at = self.positions.get(op).copied().unwrap_or(0);

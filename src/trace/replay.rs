@@ -10,7 +10,7 @@ use super::observe::{Observed, ReplayObserver};
 use super::oracle::{OracleCheck, OracleReport, OracleSegments, Outcome, explain};
 use super::{Trace, TraceOp};
 use crate::config::{Config, Policy};
-use crate::engine::{AllocError, BlockId, Engine, EngineLimits, VirtualSegments};
+use crate::engine::{AllocError, BlockId, Engine, EngineLimits, PageMapping, VirtualSegments};
 
 /// What a replay measured. Serialized as `wgpool replay --json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -107,6 +107,12 @@ pub struct ReplayOptions {
     /// blocks break as in PyTorch. On by default; off, segments take consecutive addresses
     /// in the order they are created.
     pub cuda_addresses: bool,
+    /// How the modelled device maps pages (`None`: it cannot). By default an H200's
+    /// ([`VirtualSegments::H200_PAGES`]).
+    pub page_mapping: Option<PageMapping>,
+    /// The largest segment the modelled device creates (a wgpu device's `max_buffer_size`);
+    /// `None`: the engine's own bound.
+    pub max_segment_size: Option<u64>,
 }
 
 impl Default for ReplayOptions {
@@ -118,6 +124,8 @@ impl Default for ReplayOptions {
             oracle: false,
             stats: false,
             cuda_addresses: true,
+            page_mapping: Some(VirtualSegments::H200_PAGES),
+            max_segment_size: None,
         }
     }
 }
@@ -158,6 +166,21 @@ impl ReplayOptions {
         self.cuda_addresses = cuda_addresses;
         self
     }
+
+    /// These options, modelling a device that maps pages as `page_mapping` says (`None`: a
+    /// device that cannot), as a real pool's [`Pool::page_mapping`](crate::pool::Pool::page_mapping)
+    /// reports it.
+    pub fn with_page_mapping(mut self, page_mapping: Option<PageMapping>) -> Self {
+        self.page_mapping = page_mapping;
+        self
+    }
+
+    /// These options, modelling a device whose largest segment is `bytes` (a wgpu device's
+    /// `max_buffer_size`).
+    pub fn with_max_segment_size(mut self, bytes: Option<u64>) -> Self {
+        self.max_segment_size = bytes;
+        self
+    }
 }
 
 struct RunResult {
@@ -188,11 +211,15 @@ fn run_once<O: ReplayObserver>(
     observer: &mut O,
     stop: Option<usize>,
 ) -> Result<RunResult, String> {
-    // The replay models a device that can map pages (an H200 with sparse binding).
-    let virtual_device = VirtualSegments::unlimited();
-    let limits = EngineLimits::unlimited()
+    // The replay models a device that can map pages (by default an H200 with sparse
+    // binding).
+    let virtual_device = VirtualSegments::unlimited().with_pages(options.page_mapping);
+    let mut limits = EngineLimits::unlimited()
         .with_device_memory(options.device_memory)
         .with_page_mapping(virtual_device.pages);
+    if let Some(bytes) = options.max_segment_size {
+        limits = limits.with_max_segment_size(bytes);
+    }
     let mut engine = Engine::new(config.clone(), limits).map_err(|e| e.to_string())?;
     // Free pieces of split segments add records beyond the live blocks.
     engine.reserve_blocks(2 * trace.slots + 64);
