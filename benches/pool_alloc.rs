@@ -72,7 +72,7 @@ fn main() {
             gpu.info().name
         );
         for size in SIZES {
-            let r = alloc_latency::measure(&gpu, size, 5000, 31).expect("measurement");
+            let r = alloc_latency::measure(&gpu, size, 5000, 31, 0).expect("measurement");
             println!(
                 "  {:>9}: pool {:6.1} ns, create_buffer + drop {:7.1} ns: {:5.1}x {}",
                 wgpool::format::bytes(size),

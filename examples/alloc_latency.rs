@@ -13,7 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gpu = GpuContext::headless(&HeadlessOptions::default())?;
     println!("adapter: {}", gpu.info().name);
     for size in [4u64 << 10, 1 << 20, 4 << 20, 64 << 20] {
-        let r = alloc_latency::measure(&gpu, size, batch, batches)?;
+        let r = alloc_latency::measure(&gpu, size, batch, batches, 0)?;
         println!(
             "{:>9}: pool {:6.1} ns   create_buffer + drop {:7.1} ns   speedup {:5.1}x",
             wgpool::format::bytes(size),

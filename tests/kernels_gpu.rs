@@ -1084,4 +1084,30 @@ fn cli_bench_conf_chooses_the_pool_placements_memory_mode() {
         rows.iter()
             .any(|r| r["placement"] == "pool" && r["verified"] == true)
     );
+    // Issue 21: the alloc section has a row per memory mode the device offers, each with
+    // a cached block and a real trace's mix of sizes against the engine alone.
+    let alloc = &json["alloc"];
+    let modes: Vec<&str> = alloc["rows"]
+        .as_array()
+        .expect("alloc rows")
+        .iter()
+        .map(|row| row["mode"].as_str().expect("mode"))
+        .collect();
+    let expected = if common::gpu().capabilities().page_mapping.is_available() {
+        vec!["pages", "segments"]
+    } else {
+        vec!["segments"]
+    };
+    assert_eq!(modes, expected, "{alloc}");
+    for row in alloc["rows"].as_array().unwrap() {
+        assert_eq!(row["trace"], "gpt2-train", "{row}");
+        assert_eq!(row["ops"], 17479, "{row}");
+        assert!(row["runs"].as_u64().unwrap() >= 2, "{row}");
+        for key in ["cached_ns", "pool_ns_per_op", "engine_ns_per_op"] {
+            assert!(row[key].as_f64().unwrap() > 0.0, "{key}: {row}");
+        }
+        let ratio =
+            row["pool_ns_per_op"].as_f64().unwrap() / row["engine_ns_per_op"].as_f64().unwrap();
+        assert!((row["pool_over_engine"].as_f64().unwrap() - ratio).abs() < 1e-9);
+    }
 }

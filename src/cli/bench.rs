@@ -232,6 +232,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         ALLOC_BENCH_BYTES,
         2000,
         if args.quick { 11 } else { 31 },
+        if args.quick { 2 } else { 5 },
     )
     .map_err(|error| Failure::internal(format!("allocation latency: {error}")))?;
     report.alloc = Some(serde_json::to_value(&alloc).expect("alloc report serializes"));
@@ -261,6 +262,21 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             alloc.create_buffer_without_destroy_ns,
             alloc.speedup
         ));
+        for row in &alloc.rows {
+            text.push_str(&format!(
+                "  {:<8} cached block {:.0} ns; {} (sizes / {}, median of {} runs after the \
+                 first): pool {:.0} ns/op outside driver calls, engine alone {:.0} ns/op \
+                 ({:.2}x)\n",
+                row.mode.to_string(),
+                row.cached_ns,
+                row.trace,
+                row.scale,
+                row.runs - 1,
+                row.pool_ns_per_op,
+                row.engine_ns_per_op,
+                row.pool_over_engine
+            ));
+        }
         if let Some(t) = &transfers {
             text.push_str(&transfers_table(t));
         }
