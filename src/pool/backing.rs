@@ -154,9 +154,9 @@ pub(crate) fn choose(
 /// The memory behind a device pool's engine, and the pool's event log while it records.
 pub(crate) struct Backing {
     pub source: Source,
-    /// Counts the calls that may have changed the device memory held (segments created or
-    /// released, ranges, maps, unmaps, held memory released), shared with the pool so that
-    /// a watcher can tell without taking the pool's lock.
+    /// Counts the calls that changed the device memory held (a segment created or released,
+    /// a chunk allocated or freed), shared with the pool so that a watcher can tell without
+    /// taking the pool's lock.
     pub changes: Arc<AtomicU64>,
     /// The event log, while the pool records its history (`Pool::record_history`): segments
     /// created and released, ranges placed, pages mapped and unmapped.
@@ -283,12 +283,24 @@ impl Backing {
         }
     }
 
-    /// The source, for a call that may change the device memory held.
-    fn source(&mut self) -> &mut dyn SegmentSource {
-        self.changes.fetch_add(1, Ordering::Relaxed);
-        match &mut self.source {
-            Source::Segments(segments) => segments,
-            Source::Pages(pages) => &mut **pages,
+    /// Runs `call` on the source and counts a change when the device memory held moved.
+    fn with_source<R>(&mut self, call: impl FnOnce(&mut dyn SegmentSource) -> R) -> R {
+        let before = self.device_bytes();
+        let result = match &mut self.source {
+            Source::Segments(segments) => call(segments),
+            Source::Pages(pages) => call(&mut **pages),
+        };
+        if self.device_bytes() != before {
+            self.changes.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Bytes of device memory held now.
+    fn device_bytes(&self) -> u64 {
+        match &self.source {
+            Source::Segments(segments) => segments.counters().live_bytes,
+            Source::Pages(pages) => pages.usage().device_bytes,
         }
     }
 }
@@ -300,7 +312,7 @@ impl SegmentSource for Backing {
         size: u64,
         kind: SegmentKind,
     ) -> Result<(), SourceError> {
-        self.source().create_segment(id, size, kind)?;
+        self.with_source(|source| source.create_segment(id, size, kind))?;
         if let Some(log) = &mut self.history {
             log.segment_created(id, size, 0, now_us());
         }
@@ -311,7 +323,7 @@ impl SegmentSource for Backing {
         if let Some(log) = &mut self.history {
             log.segment_released(id, size, now_us());
         }
-        self.source().release_segment(id, size);
+        self.with_source(|source| source.release_segment(id, size));
     }
 
     fn page_mapping(&self) -> Option<PageMapping> {
@@ -327,7 +339,7 @@ impl SegmentSource for Backing {
         size: u64,
         kind: SegmentKind,
     ) -> Result<(), SourceError> {
-        self.source().reserve_range(id, size, kind)?;
+        self.with_source(|source| source.reserve_range(id, size, kind))?;
         if let Some(log) = &mut self.history {
             log.place(id, size, 0);
         }
@@ -339,11 +351,11 @@ impl SegmentSource for Backing {
             log.unplace(id);
         }
         self.wrappers.released(id.0);
-        self.source().release_range(id, size);
+        self.with_source(|source| source.release_range(id, size));
     }
 
     fn map_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
-        self.source().map_pages(id, runs)?;
+        self.with_source(|source| source.map_pages(id, runs))?;
         if let Some(log) = &mut self.history {
             log.pages(Action::SegmentMap, id, runs, now_us());
         }
@@ -351,7 +363,7 @@ impl SegmentSource for Backing {
     }
 
     fn unmap_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
-        self.source().unmap_pages(id, runs)?;
+        self.with_source(|source| source.unmap_pages(id, runs))?;
         if let Some(log) = &mut self.history {
             log.pages(Action::SegmentUnmap, id, runs, now_us());
         }
@@ -359,6 +371,6 @@ impl SegmentSource for Backing {
     }
 
     fn release_held(&mut self, bytes: u64) {
-        self.source().release_held(bytes);
+        self.with_source(|source| source.release_held(bytes));
     }
 }

@@ -292,7 +292,7 @@ impl Pool {
         self.shared.lock().memory.usage_report()
     }
 
-    /// A counter that grows whenever the pool may have gotten or given back device memory;
+    /// A counter that grows whenever the pool got or gave back device memory;
     /// read without the pool's lock, for watchers that query the device only then.
     pub(crate) fn device_memory_changes(&self) -> u64 {
         self.shared
