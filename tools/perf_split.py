@@ -42,7 +42,9 @@ LEAVES = [
     ("allocator", r"malloc|cfree|__rust_alloc|__rust_dealloc|_int_free|_int_malloc|__libc_free"),
 ]
 OUTSIDE = r"wgpool::trace::parse|wgpool::trace::lines|wgpool::trace::input|read_trace"
-INSIDE = r"gpu_replay::replay_once"
+INSIDE = r"gpu_replay::replay_once|gpu_replay::replay_on_gpu"
+# The engine-alone baseline that `replay --gpu` runs after the pool's replay.
+BASELINE = r"engine_baseline|wgpool::trace::replay::run_once"
 
 
 # Charged wherever they are in the stack: wgpu calls back into wgpool (the queue gate) from
@@ -96,7 +98,9 @@ def main():
             if block:
                 total += 1
                 stack = list(frames(block))
-                if not any(re.search(INSIDE, f) for f in stack):
+                if not any(re.search(INSIDE, f) for f in stack) or any(
+                    re.search(BASELINE, f) for f in stack
+                ):
                     outside += 1
                 else:
                     inside[category(stack)] += 1
