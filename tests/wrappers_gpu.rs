@@ -268,3 +268,41 @@ fn transfers_after_an_ordering_are_ordered_again() {
     pool.write(&over, &vec![0xEE; 4 * BLOCK as usize]).unwrap();
     assert_eq!(pool.read(&over).unwrap(), vec![0xEE; 4 * BLOCK as usize]);
 }
+
+/// Issue 21: an unbind waits on the GPU for the work that used its pages, through an empty
+/// submission that signals when all earlier work is done. Where no work on the pool's blocks
+/// was submitted since the last such signal, the unbind waits for that one instead of
+/// submitting another; under `AtDrop` every unbind call signals.
+#[test]
+fn unbinds_signal_again_only_after_new_work() {
+    let gpu = common::gpu();
+    let kernels = Kernels::new(gpu.device(), gpu.queue());
+    for timing in [FreeTiming::AfterSubmit, FreeTiming::AtDrop] {
+        let pool = pages_pool(timing);
+        // Five rounds of blocks that no work touched, each unmapped by empty_cache.
+        for _ in 0..5 {
+            drop(four_adjacent(&pool));
+            pool.empty_cache();
+        }
+        let quiet = pool.device_memory_usage();
+        assert!(quiet.bind_calls >= 10, "{quiet:?}");
+        if timing == FreeTiming::AfterSubmit {
+            assert!(quiet.unbind_signals <= 1, "{quiet:?}");
+        } else {
+            assert!(
+                quiet.unbind_signals >= 5,
+                "one per empty_cache at least: {quiet:?}"
+            );
+        }
+        // Work on a block, submitted and declared so, before its pages are unmapped: the
+        // next unbind signals again.
+        let block = pool.alloc(BLOCK).unwrap();
+        kernels.run(&KernelCall::fill(block.operand(), 7)).unwrap();
+        drop(block);
+        pool.mark_submitted();
+        pool.empty_cache();
+        let after = pool.device_memory_usage();
+        assert_eq!(after.unbind_signals, quiet.unbind_signals + 1, "{after:?}");
+        assert_eq!(pool.memory_reserved(), 0);
+    }
+}

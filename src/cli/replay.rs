@@ -76,6 +76,10 @@ pub struct ReplayArgs {
     /// and the median of the rest.
     #[arg(long, value_name = "N", requires = "gpu", value_parser = clap::value_parser!(u32).range(1..=1000))]
     repeat: Option<u32>,
+    /// With --repeat: keep the pool's cache between runs instead of releasing it, so that
+    /// the runs after the first measure the hot path (allocations that reuse cached memory).
+    #[arg(long, requires = "repeat")]
+    keep_cache: bool,
 }
 
 /// Default of `--history-entries`.
@@ -109,6 +113,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         let options = wgpool::trace::GpuReplayOptions::default()
             .with_scale(args.scale.unwrap_or(1))
             .with_repeat(args.repeat.unwrap_or(1))
+            .with_keep_cache(args.keep_cache)
             .with_device_memory(device_memory);
         return super::replay_gpu::run(&trace, &args.file, &config, &options, args.json);
     }

@@ -62,6 +62,10 @@ pub struct DeviceMemoryUsage {
     /// ordered on the GPU, a wait for it (not driver time; zero for segments).
     #[serde(serialize_with = "seconds")]
     pub ordering_time: Duration,
+    /// Empty submissions that signal, for unbinds to wait for on the GPU, that all earlier
+    /// work is done (part of `bind_time`): one per unbind call where work on the pool's
+    /// blocks was submitted since the last, none otherwise (0 for segments).
+    pub unbind_signals: u64,
     /// Address ranges created (sparse buffers; 0 for segments).
     pub ranges_created: u64,
     /// Address ranges released (0 for segments).
@@ -215,8 +219,12 @@ impl Backing {
         }
     }
 
-    /// Sets the device's work clock, which tells what freed bytes need ordering.
+    /// Sets the device's work clock, which tells what freed bytes need ordering and when an
+    /// unbind needs a signal of its own.
     pub fn set_work_clock(&mut self, clock: WorkClock) {
+        if let (Source::Pages(pages), Some(points)) = (&mut self.source, clock.counted_points()) {
+            pages.set_work_clock(points);
+        }
         self.wrappers.clock = clock;
     }
 
@@ -245,6 +253,7 @@ impl Backing {
                     frees: counters.destroyed,
                     bind_calls: 0,
                     wrapper_orderings: 0,
+                    unbind_signals: 0,
                     ordering_time: Duration::ZERO,
                     ranges_created: 0,
                     ranges_released: 0,
@@ -266,6 +275,7 @@ impl Backing {
                     frees: counters.chunks.frees,
                     bind_calls: counters.bind_calls,
                     wrapper_orderings: self.wrappers.orderings,
+                    unbind_signals: counters.unbind_signals,
                     ordering_time: counters.ordering_time,
                     ranges_created: counters.ranges_created,
                     ranges_released: counters.ranges_released,

@@ -90,6 +90,11 @@ impl WorkClock {
         WorkClock { points, counted }
     }
 
+    /// The submission points, where they are counted (`FreeTiming::AfterSubmit`).
+    pub fn counted_points(&self) -> Option<Arc<AtomicU64>> {
+        self.counted.then(|| self.points.clone())
+    }
+
     /// The clock now.
     pub fn now(&self) -> u64 {
         self.points.load(Ordering::SeqCst)

@@ -31,6 +31,10 @@ pub struct GpuReplayOptions {
     /// Replay the same (scaled) trace through the engine alone as well, on a model of the
     /// same device, for `engine_ns_per_op`.
     pub engine_baseline: bool,
+    /// Keep the pool's cache between runs instead of releasing it: the runs after the
+    /// first then reuse cached memory, which is the pool's hot path (allocations and frees
+    /// that need no driver call) where the trace repeats itself.
+    pub keep_cache: bool,
 }
 
 impl Default for GpuReplayOptions {
@@ -41,6 +45,7 @@ impl Default for GpuReplayOptions {
             chunk_policy: ChunkPolicy::default(),
             repeat: 1,
             engine_baseline: true,
+            keep_cache: false,
         }
     }
 }
@@ -74,6 +79,12 @@ impl GpuReplayOptions {
     /// Replays the trace through the engine alone too (the default), or not.
     pub fn with_engine_baseline(mut self, baseline: bool) -> Self {
         self.engine_baseline = baseline;
+        self
+    }
+
+    /// Keeps the pool's cache between runs (see [`keep_cache`](Self::keep_cache)).
+    pub fn with_keep_cache(mut self, keep: bool) -> Self {
+        self.keep_cache = keep;
         self
     }
 }
@@ -191,6 +202,8 @@ pub struct GpuReplayReport {
     pub ordering_time_s: f64,
     /// How many times the trace was replayed ([`GpuReplayOptions::repeat`]).
     pub repeat: u32,
+    /// Whether the cache was kept between runs ([`GpuReplayOptions::keep_cache`]).
+    pub keep_cache: bool,
     /// Every run, the first (a cold start: the driver's first allocations) included.
     pub runs: Vec<GpuReplayRun>,
     /// With several runs, the median of each figure over the runs after the first: the
@@ -276,8 +289,11 @@ pub fn replay_on_gpu(
             first = Some((outcome.peak_live, stats, usage, start.elapsed(), heap));
         }
         runs.push(outcome.run);
-        // Between runs the cache goes back to the device, as `torch.cuda.empty_cache()`.
-        pool.empty_cache();
+        // Between runs the cache goes back to the device, as `torch.cuda.empty_cache()`,
+        // unless the runs measure the hot path.
+        if !options.keep_cache {
+            pool.empty_cache();
+        }
     }
     let (peak_live, stats, usage, wall, heap) = first.expect("at least one run");
     let engine_ns_per_op = if options.engine_baseline {
@@ -330,6 +346,7 @@ pub fn replay_on_gpu(
         wrapper_orderings: usage.wrapper_orderings,
         ordering_time_s: usage.ordering_time.as_secs_f64(),
         repeat: options.repeat.max(1),
+        keep_cache: options.keep_cache,
         runs,
         rest_median,
     };

@@ -2,6 +2,8 @@
 //! that connect the two.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ash::vk;
@@ -47,6 +49,9 @@ pub struct PagedCounters {
     /// Orderings of all later GPU work after all earlier work
     /// ([`order_after_submitted`](PagedMemory::order_after_submitted)).
     pub orderings: u64,
+    /// Empty submissions that signal the GPU timeline for unbinds to wait for (at most one
+    /// per unbind call; fewer where the work clock shows nothing new was submitted).
+    pub unbind_signals: u64,
     /// CPU time spent in them (the GPU waits where binds are not ordered on the GPU).
     pub ordering_time: Duration,
 }
@@ -211,6 +216,12 @@ pub struct PagedMemory {
     usage_checked: bool,
     /// wgpu's `max_buffer_size` on the device: every range is a wgpu buffer.
     max_buffer_size: u64,
+    /// Counts the submission points of the device's work on this memory (see
+    /// [`set_work_clock`](Self::set_work_clock)); `None`: not known.
+    work_clock: Option<Arc<AtomicU64>>,
+    /// The work clock when the last "all earlier GPU work done" signal for an unbind was
+    /// submitted, and the signal's value.
+    last_unbind_signal: Option<(u64, u64)>,
 }
 
 impl PagedMemory {
@@ -241,7 +252,19 @@ impl PagedMemory {
             engine_held: 0,
             usage_checked: false,
             max_buffer_size: device.limits().max_buffer_size,
+            work_clock: None,
+            last_unbind_signal: None,
         })
+    }
+
+    /// Tells the memory when work that may use its pages is submitted: `points` grows at or
+    /// after the submission of any GPU work on the memory's blocks (the pool's submission
+    /// points and its own transfers count it). An unbind must wait, on the GPU, for the work
+    /// that used its pages; with the clock, an unbind while it has not moved since the last
+    /// unbind's signal waits for that signal instead of submitting another one. Without it,
+    /// every unbind submits its own.
+    pub fn set_work_clock(&mut self, points: Arc<AtomicU64>) {
+        self.work_clock = Some(points);
     }
 
     /// The device's page mapping facts.
@@ -841,12 +864,25 @@ impl PagedMemory {
         let timelines = sparse.inner.timelines.as_ref();
         let after_gpu = match (kind, timelines) {
             (BindKind::Unmap, Some(timelines)) => {
-                // The empty submission that marks the work the unbind waits for is part of
-                // the cost of unbinding.
-                let start = Instant::now();
-                let value = timelines.gpu_done(&self.queue);
-                self.counters.bind_time += start.elapsed();
-                Some(value)
+                // Read before any signal: work counted up to here was submitted before it.
+                let clock = self
+                    .work_clock
+                    .as_ref()
+                    .map(|points| points.load(Ordering::SeqCst));
+                match (clock, self.last_unbind_signal) {
+                    // No work was submitted since the last signal: it covers this unbind.
+                    (Some(now), Some((at, value))) if now == at => Some(value),
+                    _ => {
+                        // The empty submission that marks the work the unbind waits for is
+                        // part of the cost of unbinding.
+                        let start = Instant::now();
+                        let value = timelines.gpu_done(&self.queue);
+                        self.counters.bind_time += start.elapsed();
+                        self.counters.unbind_signals += 1;
+                        self.last_unbind_signal = clock.map(|at| (at, value));
+                        Some(value)
+                    }
+                }
             }
             (BindKind::Unmap, None) => {
                 self.wait_for_gpu();
