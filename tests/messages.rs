@@ -38,8 +38,14 @@ fn errors_debug_print_their_message() {
     };
     oom.held_for_submission = Some(1 << 20);
     let text = AllocError::OutOfMemory(oom).to_string();
-    assert!(text.contains("waiting for their recorded commands"), "{text}");
-    assert!(text.contains("The segment size is what does not fit"), "{text}");
+    assert!(
+        text.contains("waiting for their recorded commands"),
+        "{text}"
+    );
+    assert!(
+        text.contains("The segment size is what does not fit"),
+        "{text}"
+    );
     assert!(!text.contains("   "), "a run of spaces: {text}");
 }
 

@@ -137,28 +137,73 @@ impl StreamClasses {
     }
 
     /// Blocks of at least `size` bytes, in (size, address) order.
-    fn fits_ascending(&self, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
+    #[inline]
+    fn fits_ascending(&self, size: u64) -> Ascending<'_> {
         let class = class_of(size);
-        let stream = self.stream;
-        let own = self.classes[class].range(pack(size, 0, 0)..);
-        let above = std::iter::successors(self.occupied_from(class + 1), |&c| {
-            self.occupied_from(c + 1)
-        })
-        .flat_map(|c| self.classes[c].iter());
-        own.chain(above).map(move |&k| unpack(stream, k))
+        Ascending {
+            classes: self,
+            class,
+            within: self.classes[class].range(pack(size, 0, 0)..),
+        }
     }
 
     /// Blocks smaller than `size`, in descending (size, address) order.
-    fn below_descending(&self, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
+    #[inline]
+    fn below_descending(&self, size: u64) -> Descending<'_> {
         let class = class_of(size);
-        let stream = self.stream;
-        let own = self.classes[class].range(..pack(size, 0, 0)).rev();
-        let below = std::iter::successors(
-            class.checked_sub(1).and_then(|c| self.occupied_to(c)),
-            |&c| c.checked_sub(1).and_then(|c| self.occupied_to(c)),
-        )
-        .flat_map(|c| self.classes[c].iter().rev());
-        own.chain(below).map(move |&k| unpack(stream, k))
+        Descending {
+            classes: self,
+            class,
+            within: self.classes[class].range(..pack(size, 0, 0)),
+        }
+    }
+}
+
+/// Free blocks of one stream in ascending (size, address) order from a bound: the rest of
+/// one class, then whole classes that the bitmap says are occupied. A plain struct rather
+/// than a chain of adapters, so that taking the first block or two costs little more than
+/// one lookup (best fit runs on every allocation).
+pub(crate) struct Ascending<'a> {
+    classes: &'a StreamClasses,
+    class: usize,
+    within: std::collections::btree_set::Range<'a, u128>,
+}
+
+impl Iterator for Ascending<'_> {
+    type Item = FreeKey;
+
+    #[inline]
+    fn next(&mut self) -> Option<FreeKey> {
+        loop {
+            if let Some(&k) = self.within.next() {
+                return Some(unpack(self.classes.stream, k));
+            }
+            self.class = self.classes.occupied_from(self.class + 1)?;
+            self.within = self.classes.classes[self.class].range(..);
+        }
+    }
+}
+
+/// Free blocks of one stream in descending (size, address) order below a bound.
+pub(crate) struct Descending<'a> {
+    classes: &'a StreamClasses,
+    class: usize,
+    within: std::collections::btree_set::Range<'a, u128>,
+}
+
+impl Iterator for Descending<'_> {
+    type Item = FreeKey;
+
+    #[inline]
+    fn next(&mut self) -> Option<FreeKey> {
+        loop {
+            if let Some(&k) = self.within.next_back() {
+                return Some(unpack(self.classes.stream, k));
+            }
+            let below = self.class.checked_sub(1)?;
+            self.class = self.classes.occupied_to(below)?;
+            self.within = self.classes.classes[self.class].range(..);
+        }
     }
 }
 
@@ -234,13 +279,36 @@ impl FreeIndex {
         Some(unpack(stream, k))
     }
 
+    /// The free block right after `key` (which is indexed) in (stream, size, address)
+    /// order, on the same stream: what `fits_ascending` yields after it, found with one
+    /// lookup.
+    #[inline]
+    pub fn next_after(&self, key: &FreeKey) -> Option<FreeKey> {
+        let classes = self.stream(key.stream)?;
+        let class = class_of(key.size);
+        let packed = pack(key.size, key.address, key.block);
+        let own = classes.classes[class]
+            .range((
+                std::ops::Bound::Excluded(packed),
+                std::ops::Bound::Unbounded,
+            ))
+            .next();
+        if let Some(&k) = own {
+            return Some(unpack(key.stream, k));
+        }
+        let above = classes.occupied_from(class + 1)?;
+        let &k = classes.classes[above].first()?;
+        Some(unpack(key.stream, k))
+    }
+
     /// Free blocks of `stream` with at least `size` bytes, smallest first (none from
     /// [`ADDRESS_LIMIT`] up).
     pub fn fits_ascending(&self, stream: u32, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
         self.stream(stream)
             .filter(|_| size < ADDRESS_LIMIT)
+            .map(|classes| classes.fits_ascending(size))
             .into_iter()
-            .flat_map(move |classes| classes.fits_ascending(size))
+            .flatten()
     }
 
     /// Free blocks of `stream` smaller than `size`, largest first (all of them from
@@ -249,8 +317,9 @@ impl FreeIndex {
         // Every block is below the limit: a larger bound is the same as the largest one.
         let size = size.min(ADDRESS_LIMIT - 512);
         self.stream(stream)
+            .map(|classes| classes.below_descending(size))
             .into_iter()
-            .flat_map(move |classes| classes.below_descending(size))
+            .flatten()
     }
 
     /// Every free block, in (stream, size, address) order.
@@ -337,6 +406,12 @@ mod tests {
                 index.best_fit(probe_stream, probe),
                 expected.first().copied()
             );
+            // Stepping from one block to the next yields the same order as the search.
+            let stepped: Vec<FreeKey> =
+                std::iter::successors(expected.first().copied(), |k| index.next_after(k))
+                    .take(5)
+                    .collect();
+            assert_eq!(stepped, expected);
             let expected_below: Vec<FreeKey> = reference
                 .range((probe_stream, 0, 0)..(probe_stream, probe, 0))
                 .rev()
