@@ -95,10 +95,22 @@ impl PageLayout {
     }
 }
 
+/// The order in which a policy looks for unmapped blocks: the engine keeps one index of
+/// them, in that order (keeping both would cost every map and unmap two more tree updates).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UnmappedOrder {
+    /// By (stream, size, address): the compact policy's search for the cheapest place.
+    Size,
+    /// By (stream, address): PyTorch's expandable segments, lowest address first.
+    Address,
+}
+
 /// Pages mode's part of the engine state.
 #[derive(Debug)]
 pub(crate) struct PageState {
     pub layout: Option<PageLayout>,
+    /// Which of the two indexes below is kept; the other stays empty.
+    pub order: UnmappedOrder,
     /// Unmapped blocks per kind, by (stream, size, address): best fit.
     pub unmapped_by_size: [FreeIndex; 2],
     /// Unmapped blocks per kind, by (stream, address, block): lowest address first.
@@ -113,6 +125,7 @@ impl Default for PageState {
     fn default() -> Self {
         PageState {
             layout: None,
+            order: UnmappedOrder::Size,
             unmapped_by_size: [FreeIndex::default(), FreeIndex::default()],
             unmapped_by_address: [BTreeSet::new(), BTreeSet::new()],
             idle_pages: IdleList::new(),
@@ -122,9 +135,10 @@ impl Default for PageState {
 }
 
 impl PageState {
-    pub fn new(layout: PageLayout) -> PageState {
+    pub fn new(layout: PageLayout, order: UnmappedOrder) -> PageState {
         PageState {
             layout: Some(layout),
+            order,
             ..PageState::default()
         }
     }
@@ -176,17 +190,43 @@ impl EngineState {
     fn index_unmapped(&mut self, block: u32) {
         let key = self.key_of(block);
         let kind = self.blocks[block as usize].pool.index();
-        self.pages.unmapped_by_size[kind].insert(key);
-        self.pages.unmapped_by_address[kind].insert((key.stream, key.address, block));
+        match self.pages.order {
+            UnmappedOrder::Size => self.pages.unmapped_by_size[kind].insert(key),
+            UnmappedOrder::Address => {
+                self.pages.unmapped_by_address[kind].insert((key.stream, key.address, block));
+            }
+        }
     }
 
     fn unindex_unmapped(&mut self, block: u32) {
         let key = self.key_of(block);
         let kind = self.blocks[block as usize].pool.index();
-        self.pages.unmapped_by_size[kind].remove(&key);
-        let removed =
-            self.pages.unmapped_by_address[kind].remove(&(key.stream, key.address, block));
-        debug_assert!(removed, "unmapped block {block} was not indexed");
+        match self.pages.order {
+            UnmappedOrder::Size => self.pages.unmapped_by_size[kind].remove(&key),
+            UnmappedOrder::Address => {
+                let removed =
+                    self.pages.unmapped_by_address[kind].remove(&(key.stream, key.address, block));
+                debug_assert!(removed, "unmapped block {block} was not indexed");
+            }
+        }
+    }
+
+    /// Every unmapped block of the kept index.
+    pub(super) fn unmapped_blocks(&self) -> Vec<u32> {
+        match self.pages.order {
+            UnmappedOrder::Size => self
+                .pages
+                .unmapped_by_size
+                .iter()
+                .flat_map(|index| index.iter().map(|k| k.block))
+                .collect(),
+            UnmappedOrder::Address => self
+                .pages
+                .unmapped_by_address
+                .iter()
+                .flat_map(|set| set.iter().map(|&(_, _, b)| b))
+                .collect(),
+        }
     }
 
     /// Cuts `block` in two at `offset` bytes into it; the upper part is a new record in the
@@ -545,12 +585,14 @@ impl EngineState {
         self.unmap_batch(&chosen, source)
     }
 
-    /// The unmapped blocks of `kind` on `stream`, lowest address first.
+    /// The unmapped blocks of `kind` on `stream`, lowest address first (kept only in
+    /// [`UnmappedOrder::Address`]).
     pub fn unmapped_by_address(
         &self,
         kind: SegmentKind,
         stream: u32,
     ) -> impl Iterator<Item = u32> + '_ {
+        debug_assert_eq!(self.pages.order, UnmappedOrder::Address);
         self.pages.unmapped_by_address[kind.index()]
             .range((stream, 0, 0)..)
             .take_while(move |&&(s, _, _)| s == stream)
@@ -558,13 +600,14 @@ impl EngineState {
     }
 
     /// The free-index key of unmapped blocks of `kind` on `stream` of at least `size` bytes,
-    /// smallest first.
+    /// smallest first (kept only in [`UnmappedOrder::Size`], as is [`Self::unmapped_below`]).
     pub fn unmapped_fits(
         &self,
         kind: SegmentKind,
         stream: u32,
         size: u64,
     ) -> impl Iterator<Item = FreeKey> + '_ {
+        debug_assert_eq!(self.pages.order, UnmappedOrder::Size);
         self.pages.unmapped_by_size[kind.index()].fits_ascending(stream, size)
     }
 
@@ -580,12 +623,7 @@ impl EngineState {
 
     /// Rebuilds the unmapped indexes after the ranges' addresses changed.
     pub(super) fn reindex_unmapped(&mut self) {
-        let blocks: Vec<u32> = self
-            .pages
-            .unmapped_by_address
-            .iter()
-            .flat_map(|set| set.iter().map(|&(_, _, b)| b))
-            .collect();
+        let blocks = self.unmapped_blocks();
         self.pages.unmapped_by_size = [FreeIndex::default(), FreeIndex::default()];
         self.pages.unmapped_by_address = [BTreeSet::new(), BTreeSet::new()];
         for block in blocks {
