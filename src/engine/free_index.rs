@@ -279,26 +279,16 @@ impl FreeIndex {
         Some(unpack(stream, k))
     }
 
-    /// The free block right after `key` (which is indexed) in (stream, size, address)
-    /// order, on the same stream: what `fits_ascending` yields after it, found with one
-    /// lookup.
+    /// Free blocks of `stream` with at least `size` bytes, smallest first, as a plain
+    /// iterator: its first item is [`Self::best_fit`]'s answer, and each later one costs a
+    /// step rather than a search. `None` where the stream has no free block (or `size`
+    /// reaches [`ADDRESS_LIMIT`]).
     #[inline]
-    pub fn next_after(&self, key: &FreeKey) -> Option<FreeKey> {
-        let classes = self.stream(key.stream)?;
-        let class = class_of(key.size);
-        let packed = pack(key.size, key.address, key.block);
-        let own = classes.classes[class]
-            .range((
-                std::ops::Bound::Excluded(packed),
-                std::ops::Bound::Unbounded,
-            ))
-            .next();
-        if let Some(&k) = own {
-            return Some(unpack(key.stream, k));
+    pub fn fits(&self, stream: u32, size: u64) -> Option<Ascending<'_>> {
+        if size >= ADDRESS_LIMIT {
+            return None;
         }
-        let above = classes.occupied_from(class + 1)?;
-        let &k = classes.classes[above].first()?;
-        Some(unpack(key.stream, k))
+        Some(self.stream(stream)?.fits_ascending(size))
     }
 
     /// Free blocks of `stream` with at least `size` bytes, smallest first (none from
@@ -406,12 +396,13 @@ mod tests {
                 index.best_fit(probe_stream, probe),
                 expected.first().copied()
             );
-            // Stepping from one block to the next yields the same order as the search.
-            let stepped: Vec<FreeKey> =
-                std::iter::successors(expected.first().copied(), |k| index.next_after(k))
-                    .take(5)
-                    .collect();
-            assert_eq!(stepped, expected);
+            let plain: Vec<FreeKey> = index
+                .fits(probe_stream, probe)
+                .into_iter()
+                .flatten()
+                .take(5)
+                .collect();
+            assert_eq!(plain, expected);
             let expected_below: Vec<FreeKey> = reference
                 .range((probe_stream, 0, 0)..(probe_stream, probe, 0))
                 .rev()

@@ -130,8 +130,8 @@ pub(crate) fn candidate_rule(
     stream: u32,
     rounded: u64,
 ) -> Option<FreeKey> {
-    let index = &state.free_index[kind.index()];
-    let mut best = index.best_fit(stream, rounded)?;
+    let mut fits = state.free_index[kind.index()].fits(stream, rounded)?;
+    let mut best = fits.next()?;
     // Blocks come in ascending size, so a block with no unmapped space after it can grow no
     // more than any later one: the search stops at the first such block. Most blocks are
     // like that, and then plain best fit is the answer.
@@ -139,7 +139,7 @@ pub(crate) fn candidate_rule(
         && state.links.is_unmapped_block(tail)
     {
         let best_room = best.size + state.blocks[tail as usize].size();
-        let Some(next) = index.next_after(&best) else {
+        let Some(next) = fits.next() else {
             break;
         };
         if expandable_size(state, next.block) >= best_room {
