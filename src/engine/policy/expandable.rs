@@ -130,7 +130,7 @@ pub(crate) fn candidate_rule(
     stream: u32,
     rounded: u64,
 ) -> Option<FreeKey> {
-    let mut fits = state.free_index[kind.index()].fits(stream, rounded)?;
+    let mut fits = state.free_index[kind.index()].fits_ascending(stream, rounded);
     let mut best = fits.next()?;
     // Blocks come in ascending size, so a block with no unmapped space after it can grow no
     // more than any later one: the search stops at the first such block. Most blocks are
