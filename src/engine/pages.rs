@@ -301,39 +301,47 @@ impl EngineState {
         self.pages.stats.range_bytes -= size;
     }
 
-    /// Maps the first `bytes` (whole pages) of unmapped block `block`, in one bind. The
-    /// mapped part becomes a free block, merged with free neighbours and indexed; it is
-    /// returned. Fails, changing nothing, when the cap or the source refuses.
-    pub fn map_front(
+    /// Maps the first `bytes` (whole pages) of unmapped block `block`, in one bind, for a
+    /// request that takes the result at once: the mapped part becomes a free block, merged
+    /// with free neighbours and listed among idle pages as any freed block is, but left out
+    /// of the free index (the caller takes it, so indexing it would be undone at once). It
+    /// is returned. Fails, changing nothing, when the cap or the source refuses.
+    pub fn map_front_to_take(
         &mut self,
         block: u32,
         bytes: u64,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
-        self.map_front_checked(block, bytes, true, source)
+        self.map_front_checked(block, bytes, true, source)?;
+        Ok(self.merge_free_block_unindexed(block))
     }
 
-    /// [`Self::map_front`] with no cap check of its own: for a caller that checked the cap
-    /// before, as PyTorch's `alloc_block` does once per request (with the segment size the
-    /// request would get, not the pages mapped), its `map_block` checking nothing. Physical
-    /// memory may then end above the cap by less than one page of the kind. Fails,
-    /// changing nothing, when the source refuses.
+    /// Maps the first `bytes` (whole pages) of unmapped block `block`, in one bind, with
+    /// no cap check of its own: for a caller that checked the cap before, as PyTorch's
+    /// `alloc_block` does once per request (with the segment size the request would get, not
+    /// the pages mapped), its `map_block` checking nothing. Physical memory may then end
+    /// above the cap by less than one page of the kind. The mapped part becomes a free
+    /// block, merged with free neighbours and indexed; it is returned. Fails, changing
+    /// nothing, when the source refuses.
     pub fn map_front_uncapped(
         &mut self,
         block: u32,
         bytes: u64,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
-        self.map_front_checked(block, bytes, false, source)
+        self.map_front_checked(block, bytes, false, source)?;
+        Ok(self.merge_free_block(block))
     }
 
+    /// Maps the first `bytes` of `block` and records it in the layout as a free block not
+    /// yet merged with its neighbours.
     fn map_front_checked(
         &mut self,
         block: u32,
         bytes: u64,
         check_cap: bool,
         source: &mut dyn SegmentSource,
-    ) -> Result<u32, NoSegment> {
+    ) -> Result<(), NoSegment> {
         let (kind, offset, size, segment) = {
             let b = &self.blocks[block as usize];
             (b.pool, b.offset(), b.size(), b.segment)
@@ -367,7 +375,7 @@ impl EngineState {
         self.stats.reserved_bytes.increase(kind, bytes);
         self.stats.num_device_alloc += 1;
         self.note_physical();
-        Ok(self.merge_free_block(block))
+        Ok(())
     }
 
     /// The whole pages of free mapped block `block` to unmap: up to `max_bytes` (rounded up

@@ -229,10 +229,8 @@ impl PagePolicy {
         found: Place,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
-        let block = state.map_front(found.unmapped, found.needed, source)?;
+        let block = state.map_front_to_take(found.unmapped, found.needed, source)?;
         debug_assert!(state.blocks[block as usize].size() >= request.rounded);
-        let key = state.key_of(block);
-        state.free_index[request.kind.index()].remove(&key);
         Ok(block)
     }
 
