@@ -31,6 +31,7 @@ use super::expandable::candidate_rule as expandable_best_fit;
 use super::{PlacementPolicy, Request};
 use crate::engine::error::AllocError;
 use crate::engine::free_index::FreeKey;
+use crate::engine::pages::round_up_to_page;
 use crate::engine::rounding::SegmentKind;
 use crate::engine::segments::NoSegment;
 use crate::engine::source::SegmentSource;
@@ -113,7 +114,7 @@ fn place(state: &EngineState, kind: SegmentKind, stream: u32, rounded: u64) -> O
         if below + size < rounded || below >= rounded {
             return None;
         }
-        let needed = (rounded - below.min(rounded)).div_ceil(page) * page;
+        let needed = round_up_to_page(rounded - below.min(rounded), page);
         let place = Place {
             start,
             unmapped,
