@@ -1,5 +1,6 @@
 //! Snapshots of the engine's layout, and the recount that checks its invariants.
 
+use super::free_index::FreeKey;
 use super::links::NONE;
 use super::pages::UnmappedOrder;
 use super::rounding::{MIN_BLOCK_SIZE, SegmentKind};
@@ -234,7 +235,14 @@ impl EngineState {
                     return Err(format!("block {} indexed in the wrong pool", key.block));
                 }
             }
-            let by_size = self.pages.unmapped_by_size[pool.index()].iter();
+            let by_size = self.pages.unmapped_by_size[pool.index()].iter().map(
+                |&(stream, size, address, block)| FreeKey {
+                    stream,
+                    size,
+                    address,
+                    block,
+                },
+            );
             let by_address = self.pages.unmapped_by_address[pool.index()]
                 .iter()
                 .map(|&(_, _, block)| self.key_of(block));

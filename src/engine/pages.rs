@@ -16,7 +16,7 @@
 use std::collections::BTreeSet;
 use std::ops::Range;
 
-use super::free_index::{FreeIndex, FreeKey};
+use super::free_index::FreeKey;
 use super::idle::IdleList;
 use super::links::NONE;
 use super::rounding::SegmentKind;
@@ -111,8 +111,11 @@ pub(crate) struct PageState {
     pub layout: Option<PageLayout>,
     /// Which of the two indexes below is kept; the other stays empty.
     pub order: UnmappedOrder,
-    /// Unmapped blocks per kind, by (stream, size, address): best fit.
-    pub unmapped_by_size: [FreeIndex; 2],
+    /// Unmapped blocks per kind, by (stream, size, address, block): the nearest sizes
+    /// above and below a request. One ordered set rather than size classes as for free blocks: unmapped
+    /// blocks are few and of scattered sizes, so size classes would hold one block each
+    /// and every step of a search would jump to another class.
+    pub unmapped_by_size: [BTreeSet<(u32, u64, u64, u32)>; 2],
     /// Unmapped blocks per kind, by (stream, address, block): lowest address first.
     pub unmapped_by_address: [BTreeSet<(u32, u64, u32)>; 2],
     /// Free mapped blocks that hold at least one whole page, least recently freed first.
@@ -126,7 +129,7 @@ impl Default for PageState {
         PageState {
             layout: None,
             order: UnmappedOrder::Size,
-            unmapped_by_size: [FreeIndex::default(), FreeIndex::default()],
+            unmapped_by_size: [BTreeSet::new(), BTreeSet::new()],
             unmapped_by_address: [BTreeSet::new(), BTreeSet::new()],
             idle_pages: IdleList::new(),
             stats: PageStats::default(),
@@ -153,6 +156,17 @@ pub(crate) fn round_up_to_page(bytes: u64, page: u64) -> u64 {
         (bytes + page - 1) & !(page - 1)
     } else {
         bytes.div_ceil(page) * page
+    }
+}
+
+/// An entry of the unmapped blocks' index as a free-index key.
+#[inline]
+fn unmapped_key((stream, size, address, block): (u32, u64, u64, u32)) -> FreeKey {
+    FreeKey {
+        stream,
+        size,
+        address,
+        block,
     }
 }
 
@@ -203,7 +217,15 @@ impl EngineState {
         let key = self.key_of(block);
         let kind = self.blocks[block as usize].pool.index();
         match self.pages.order {
-            UnmappedOrder::Size => self.pages.unmapped_by_size[kind].insert(key),
+            UnmappedOrder::Size => {
+                let inserted = self.pages.unmapped_by_size[kind].insert((
+                    key.stream,
+                    key.size,
+                    key.address,
+                    block,
+                ));
+                debug_assert!(inserted, "unmapped block {block} indexed twice");
+            }
             UnmappedOrder::Address => {
                 self.pages.unmapped_by_address[kind].insert((key.stream, key.address, block));
             }
@@ -214,7 +236,15 @@ impl EngineState {
         let key = self.key_of(block);
         let kind = self.blocks[block as usize].pool.index();
         match self.pages.order {
-            UnmappedOrder::Size => self.pages.unmapped_by_size[kind].remove(&key),
+            UnmappedOrder::Size => {
+                let removed = self.pages.unmapped_by_size[kind].remove(&(
+                    key.stream,
+                    key.size,
+                    key.address,
+                    block,
+                ));
+                debug_assert!(removed, "unmapped block {block} was not indexed");
+            }
             UnmappedOrder::Address => {
                 let removed =
                     self.pages.unmapped_by_address[kind].remove(&(key.stream, key.address, block));
@@ -230,7 +260,7 @@ impl EngineState {
                 .pages
                 .unmapped_by_size
                 .iter()
-                .flat_map(|index| index.iter().map(|k| k.block))
+                .flat_map(|set| set.iter().map(|&(_, _, _, b)| b))
                 .collect(),
             UnmappedOrder::Address => self
                 .pages
@@ -628,7 +658,10 @@ impl EngineState {
         size: u64,
     ) -> impl Iterator<Item = FreeKey> + '_ {
         debug_assert_eq!(self.pages.order, UnmappedOrder::Size);
-        self.pages.unmapped_by_size[kind.index()].fits_ascending(stream, size)
+        self.pages.unmapped_by_size[kind.index()]
+            .range((stream, size, 0, 0)..)
+            .take_while(move |k| k.0 == stream)
+            .map(|&k| unmapped_key(k))
     }
 
     /// Unmapped blocks of `kind` on `stream` smaller than `size`, largest first.
@@ -638,13 +671,16 @@ impl EngineState {
         stream: u32,
         size: u64,
     ) -> impl Iterator<Item = FreeKey> + '_ {
-        self.pages.unmapped_by_size[kind.index()].below_descending(stream, size)
+        self.pages.unmapped_by_size[kind.index()]
+            .range((stream, 0, 0, 0)..(stream, size, 0, 0))
+            .rev()
+            .map(|&k| unmapped_key(k))
     }
 
     /// Rebuilds the unmapped indexes after the ranges' addresses changed.
     pub(super) fn reindex_unmapped(&mut self) {
         let blocks = self.unmapped_blocks();
-        self.pages.unmapped_by_size = [FreeIndex::default(), FreeIndex::default()];
+        self.pages.unmapped_by_size = [BTreeSet::new(), BTreeSet::new()];
         self.pages.unmapped_by_address = [BTreeSet::new(), BTreeSet::new()];
         for block in blocks {
             self.index_unmapped(block);
