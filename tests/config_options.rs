@@ -37,6 +37,7 @@ const TESTED_KEYS: &[&str] = &[
     "compact_reserved_slack",
     "compact_release_budget",
     "compact_recycle_rate",
+    "compact_page_slack",
 ];
 
 #[test]
@@ -1120,7 +1121,7 @@ fn compact_knobs_do_not_change_the_pytorch_policy() {
     assert_eq!(
         run(
             ",compact_min_share:1,compact_reserved_slack:0,compact_release_budget:1000,\
-             compact_recycle_rate:100"
+             compact_recycle_rate:100,compact_page_slack:1"
         ),
         run("")
     );
@@ -1544,4 +1545,108 @@ fn config_from_str_equals_the_builders() {
     assert_eq!(parsed, built);
     assert!("max_split_size_mb:1".parse::<Config>().is_err());
     assert_eq!(built.validate(), Ok(()));
+}
+
+// ---------------------------------------------------------------------------------------
+// compact_page_slack
+// ---------------------------------------------------------------------------------------
+
+/// A decoder serving batches with a KV cache that grows by concatenation (the shape of
+/// `kv-decode-cat` in tools/synth_traces.py, smaller): 1 GiB of weights, then `batches`
+/// batches of 1..16 requests with prompts of 64..1024 tokens, whose 16 layers re-allocate
+/// their K and V one token longer at each of 32..128 decode steps. Returns the trace as CSV.
+fn kv_cache_concatenation(seed: u64, batches: usize) -> String {
+    let mut state = seed | 1;
+    let mut next = move |below: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % below
+    };
+    let mut csv = String::from("action,id,size,stream\n");
+    let mut id = 0u64;
+    let mut alloc = |csv: &mut String, size: u64| {
+        id += 1;
+        *csv += &format!("alloc,{id},{size},0\n");
+        (id, size)
+    };
+    let free = |csv: &mut String, (id, size): (u64, u64)| *csv += &format!("free,{id},{size},0\n");
+    let weights = alloc(&mut csv, GIB);
+    // Bytes of one token's K (or V) in one layer: 8 KV heads of 64 bf16 values.
+    let token = 8 * 64 * 2;
+    for _ in 0..batches {
+        let batch = 1 + next(16);
+        let mut tokens = 64 + next(961);
+        let mut kv: Vec<[(u64, u64); 2]> = (0..16)
+            .map(|_| [0; 2].map(|_| alloc(&mut csv, batch * tokens * token)))
+            .collect();
+        let steps = 32 + next(97);
+        for _ in 0..steps {
+            tokens += 1;
+            let hidden = alloc(&mut csv, batch * 4096);
+            for layer in kv.iter_mut() {
+                for cache in layer.iter_mut() {
+                    let grown = alloc(&mut csv, batch * tokens * token);
+                    free(&mut csv, *cache);
+                    *cache = grown;
+                }
+                let scores = alloc(&mut csv, batch * 32 * tokens * 4);
+                free(&mut csv, scores);
+            }
+            let logits = alloc(&mut csv, batch * 128_256 * 4);
+            free(&mut csv, hidden);
+            free(&mut csv, logits);
+        }
+        for cache in kv.into_iter().flatten() {
+            free(&mut csv, cache);
+        }
+    }
+    free(&mut csv, weights);
+    csv
+}
+
+/// On a decode whose KV caches grow by concatenation, keeping physical memory within 1% of
+/// live memory takes remapping the caches over and over: a freed cache is one token too
+/// small for the next, and holding it until its neighbour is freed costs about one cache of
+/// memory. `compact_page_slack` sets the trade: more slack, less remapping and more memory.
+#[test]
+fn compact_page_slack_trades_a_bounded_share_of_memory_for_remapping() {
+    use wgpool::trace::{ReplayOptions, parse_trace, replay};
+    let trace = parse_trace(&kv_cache_concatenation(11, 12)).unwrap();
+    let options = ReplayOptions::default()
+        .with_device_memory(Some(150_109_880_320))
+        .with_min_timed_runs(1);
+    let run = |slack: f64| {
+        let conf = format!("compact_page_slack:{slack}");
+        let report = replay(&trace, &Config::parse(&conf).unwrap(), &options).unwrap();
+        assert_eq!(report.mode, "pages");
+        report
+    };
+    let mapped =
+        |r: &wgpool::trace::ReplayReport| r.mapped_bytes_total as f64 / r.peak_live_bytes as f64;
+    let reports: Vec<_> = [0.0, 0.02, 0.05].map(run).into();
+    let [tight, some, loose] = [&reports[0], &reports[1], &reports[2]];
+    // More slack, less remapping; less slack, less memory held.
+    assert!(
+        mapped(loose) < mapped(some) && mapped(some) < mapped(tight),
+        "{reports:?}"
+    );
+    assert!(
+        tight.peak_reserved_bytes < some.peak_reserved_bytes,
+        "{reports:?}"
+    );
+    assert!(
+        some.peak_reserved_bytes < loose.peak_reserved_bytes,
+        "{reports:?}"
+    );
+    // Without slack the caches are remapped several times over; 5% stops it.
+    assert!(mapped(tight) > 3.0 && mapped(loose) < 1.5, "{reports:?}");
+    // Where the recycling budget is not spent, physical memory stays within the slack of
+    // the peak of live memory, give or take one request's last page (512 KiB).
+    for (report, slack) in [(some, 0.02), (loose, 0.05)] {
+        let bound = report.peak_live_bytes as f64 * (1.0 + slack) + (512 * KIB) as f64;
+        assert!((report.peak_reserved_bytes as f64) <= bound, "{report:?}");
+    }
+    invalid_value("compact_page_slack:1.5");
+    invalid_value("compact_page_slack:-0.1");
 }

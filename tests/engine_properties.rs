@@ -242,6 +242,7 @@ fn setup_strategy(shape: Shape) -> impl Strategy<Value = Setup> {
         prop::option::weighted(0.3, prop_oneof![0.0f64..=1.0, 0.0f64..=1000.0])
             .prop_map(keyed("compact_release_budget")),
         prop::option::weighted(0.2, 0.0f64..=100.0).prop_map(keyed("compact_recycle_rate")),
+        prop::option::weighted(0.2, 0.0f64..=1.0).prop_map(keyed("compact_page_slack")),
     );
     let limits = (
         prop::option::weighted(0.85, (1u64..=32).prop_map(|g| g * GIB)),
@@ -252,7 +253,7 @@ fn setup_strategy(shape: Shape) -> impl Strategy<Value = Setup> {
     (options, compact_knobs, limits).prop_flat_map(move |(o, k, l)| {
         let (device_memory, mut device_limit, max_segment_size, fallback_mb) = l;
         let parts: Vec<String> = [
-            o.0, o.1, o.2, o.3, o.4, o.5, o.6, o.7, o.8, o.9, o.10, o.11, k.0, k.1, k.2, k.3,
+            o.0, o.1, o.2, o.3, o.4, o.5, o.6, o.7, o.8, o.9, o.10, o.11, k.0, k.1, k.2, k.3, k.4,
         ]
         .into_iter()
         .flatten()
@@ -1570,6 +1571,8 @@ fn page_setup_strategy(limited: bool) -> impl Strategy<Value = PageSetup> {
         prop::option::weighted(0.1, 0.0f64..=1000.0).prop_map(keyed("compact_release_budget")),
         prop::option::weighted(0.3, prop_oneof![0.0f64..=0.2, 0.0f64..=100.0])
             .prop_map(keyed("compact_recycle_rate")),
+        prop::option::weighted(0.3, prop_oneof![0.0f64..=0.02, 0.0f64..=1.0])
+            .prop_map(keyed("compact_page_slack")),
     );
     let device = (
         any::<bool>(),
@@ -1589,7 +1592,7 @@ fn page_setup_strategy(limited: bool) -> impl Strategy<Value = PageSetup> {
             device_memory = Some(8 * GIB);
         }
         let parts: Vec<String> = [
-            o.1, o.2, o.3, o.4, gc, o.6, o.7, o.8, o.9, o.10, k.0, k.1, k.2, k.3,
+            o.1, o.2, o.3, o.4, gc, o.6, o.7, o.8, o.9, o.10, k.0, k.1, k.2, k.3, k.4,
         ]
         .into_iter()
         .flatten()

@@ -170,6 +170,10 @@ pub struct Config {
     /// segments released and created again), as a share of the bytes requested over the
     /// pool's life, on top of a fixed budget (`compact_recycle_rate`).
     pub compact_recycle_rate: f64,
+    /// `policy:compact` in pages mode: how far physical memory may exceed the peak of live
+    /// memory before idle pages are recycled, reached once the bytes mapped over the pool's
+    /// life are 1.3 times that peak, and in proportion before (`compact_page_slack`).
+    pub compact_page_slack: f64,
 }
 
 impl Default for Config {
@@ -191,6 +195,7 @@ impl Default for Config {
             compact_reserved_slack: 0.04,
             compact_release_budget: 0.25,
             compact_recycle_rate: 0.1,
+            compact_page_slack: 0.008,
         }
     }
 }
@@ -243,6 +248,8 @@ builders! {
     with_compact_release_budget: compact_release_budget: f64;
     /// Sets `compact_recycle_rate`.
     with_compact_recycle_rate: compact_recycle_rate: f64;
+    /// Sets `compact_page_slack`.
+    with_compact_page_slack: compact_page_slack: f64;
 }
 
 impl std::str::FromStr for Config {

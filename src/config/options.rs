@@ -424,6 +424,23 @@ pub const OPTIONS: &[OptionSpec] = &[
         },
         render: |c| c.compact_recycle_rate.to_string(),
     },
+    OptionSpec {
+        key: "compact_page_slack",
+        default: "0.008",
+        allowed: "a number from 0 to 1",
+        meaning: "`policy:compact` in pages mode only. How far physical memory may exceed the \
+                  peak of live memory before idle pages are unmapped and their memory mapped \
+                  where a request goes: this fraction of the peak once the bytes mapped over \
+                  the pool's life reach 1.3 times it, and in proportion before (none while \
+                  nothing has been mapped twice). Lower values hold less memory and remap \
+                  more: 0 keeps physical memory at the peak of live memory and on a KV-cache \
+                  decode maps 1.7 times peak live over the run instead of 1.4.",
+        apply: |c, v| {
+            c.compact_page_slack = parse_f64_within(v.scalar()?, 0.0..=1.0)?;
+            Ok(())
+        },
+        render: |c| c.compact_page_slack.to_string(),
+    },
 ];
 
 /// A number within `range`, or why not.
@@ -556,6 +573,7 @@ pub(crate) fn validate(c: &Config) -> Result<(), ConfigError> {
         0.0..=1000.0,
     )?;
     check_number("compact_recycle_rate", c.compact_recycle_rate, 0.0..=100.0)?;
+    check_number("compact_page_slack", c.compact_page_slack, 0.0..=1.0)?;
     Ok(())
 }
 

@@ -1,6 +1,8 @@
 //! Snapshots of the engine's layout, and the recount that checks its invariants.
 
+use super::free_index::FreeKey;
 use super::links::NONE;
+use super::pages::UnmappedOrder;
 use super::rounding::{MIN_BLOCK_SIZE, SegmentKind};
 use super::state::EngineState;
 use super::types::SegmentId;
@@ -233,14 +235,23 @@ impl EngineState {
                     return Err(format!("block {} indexed in the wrong pool", key.block));
                 }
             }
-            for key in self.pages.unmapped_by_size[pool.index()].iter() {
+            let by_size = self.pages.unmapped_by_size[pool.index()].iter().map(
+                |&(stream, size, address, block)| FreeKey {
+                    stream,
+                    size,
+                    address,
+                    block,
+                },
+            );
+            let by_address = self.pages.unmapped_by_address[pool.index()]
+                .iter()
+                .map(|&(_, _, block)| self.key_of(block));
+            for key in by_size.chain(by_address) {
                 let b = &self.blocks[key.block as usize];
-                let by_address = (key.stream, key.address, key.block);
                 if !b.in_use
                     || !self.links.is_unmapped_block(key.block)
                     || key != self.key_of(key.block)
                     || b.pool != pool
-                    || !self.pages.unmapped_by_address[pool.index()].contains(&by_address)
                 {
                     return Err(format!(
                         "unmapped index entry {key:?} does not match its block"
@@ -248,12 +259,19 @@ impl EngineState {
                 }
             }
         }
-        let unmapped_indexed: usize = self.pages.unmapped_by_size.iter().map(|i| i.len()).sum();
+        // One index holds every unmapped block; the other, which the policy does not read,
+        // stays empty.
+        let by_size: usize = self.pages.unmapped_by_size.iter().map(|i| i.len()).sum();
         let by_address: usize = self.pages.unmapped_by_address.iter().map(|i| i.len()).sum();
-        if unmapped_indexed != unmapped_blocks || by_address != unmapped_blocks {
+        let (kept, other) = match self.pages.order {
+            UnmappedOrder::Size => (by_size, by_address),
+            UnmappedOrder::Address => (by_address, by_size),
+        };
+        if kept != unmapped_blocks || other != 0 {
             return Err(format!(
-                "{unmapped_blocks} unmapped blocks, {unmapped_indexed} indexed by size and \
-                 {by_address} by address"
+                "{unmapped_blocks} unmapped blocks, {by_size} indexed by size and \
+                 {by_address} by address ({:?} kept)",
+                self.pages.order
             ));
         }
         // The list holds exactly the wholly free segments, least recently idle first.

@@ -137,28 +137,106 @@ impl StreamClasses {
     }
 
     /// Blocks of at least `size` bytes, in (size, address) order.
-    fn fits_ascending(&self, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
+    #[inline]
+    fn fits_ascending(&self, size: u64) -> Ascending<'_> {
         let class = class_of(size);
-        let stream = self.stream;
-        let own = self.classes[class].range(pack(size, 0, 0)..);
-        let above = std::iter::successors(self.occupied_from(class + 1), |&c| {
-            self.occupied_from(c + 1)
-        })
-        .flat_map(|c| self.classes[c].iter());
-        own.chain(above).map(move |&k| unpack(stream, k))
+        Ascending {
+            stream: self.stream,
+            classes: Some(self),
+            class,
+            within: self.classes[class].range(pack(size, 0, 0)..),
+        }
     }
 
     /// Blocks smaller than `size`, in descending (size, address) order.
-    fn below_descending(&self, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
+    #[inline]
+    fn below_descending(&self, size: u64) -> Descending<'_> {
         let class = class_of(size);
-        let stream = self.stream;
-        let own = self.classes[class].range(..pack(size, 0, 0)).rev();
-        let below = std::iter::successors(
-            class.checked_sub(1).and_then(|c| self.occupied_to(c)),
-            |&c| c.checked_sub(1).and_then(|c| self.occupied_to(c)),
-        )
-        .flat_map(|c| self.classes[c].iter().rev());
-        own.chain(below).map(move |&k| unpack(stream, k))
+        Descending {
+            stream: self.stream,
+            classes: Some(self),
+            class,
+            within: self.classes[class].range(..pack(size, 0, 0)),
+        }
+    }
+}
+
+/// The range an iterator over no stream walks: nothing.
+static NO_BLOCKS: BTreeSet<u128> = BTreeSet::new();
+
+/// Free blocks of one stream in ascending (size, address) order from a bound: the rest of
+/// one class, then whole classes that the bitmap says are occupied. A plain struct rather
+/// than a chain of adapters, so that taking the first block or two costs little more than
+/// one lookup (best fit runs on every allocation).
+pub(crate) struct Ascending<'a> {
+    stream: u32,
+    /// `None` for a stream with no free block ever: the iterator is empty.
+    classes: Option<&'a StreamClasses>,
+    class: usize,
+    within: std::collections::btree_set::Range<'a, u128>,
+}
+
+impl Ascending<'_> {
+    fn empty() -> Self {
+        Ascending {
+            stream: 0,
+            classes: None,
+            class: 0,
+            within: NO_BLOCKS.range(..),
+        }
+    }
+}
+
+impl Iterator for Ascending<'_> {
+    type Item = FreeKey;
+
+    #[inline]
+    fn next(&mut self) -> Option<FreeKey> {
+        loop {
+            if let Some(&k) = self.within.next() {
+                return Some(unpack(self.stream, k));
+            }
+            let classes = self.classes?;
+            self.class = classes.occupied_from(self.class + 1)?;
+            self.within = classes.classes[self.class].range(..);
+        }
+    }
+}
+
+/// Free blocks of one stream in descending (size, address) order below a bound.
+pub(crate) struct Descending<'a> {
+    stream: u32,
+    /// `None` for a stream with no free block ever: the iterator is empty.
+    classes: Option<&'a StreamClasses>,
+    class: usize,
+    within: std::collections::btree_set::Range<'a, u128>,
+}
+
+impl Descending<'_> {
+    fn empty() -> Self {
+        Descending {
+            stream: 0,
+            classes: None,
+            class: 0,
+            within: NO_BLOCKS.range(..),
+        }
+    }
+}
+
+impl Iterator for Descending<'_> {
+    type Item = FreeKey;
+
+    #[inline]
+    fn next(&mut self) -> Option<FreeKey> {
+        loop {
+            if let Some(&k) = self.within.next_back() {
+                return Some(unpack(self.stream, k));
+            }
+            let classes = self.classes?;
+            let below = self.class.checked_sub(1)?;
+            self.class = classes.occupied_to(below)?;
+            self.within = classes.classes[self.class].range(..);
+        }
     }
 }
 
@@ -235,22 +313,26 @@ impl FreeIndex {
     }
 
     /// Free blocks of `stream` with at least `size` bytes, smallest first (none from
-    /// [`ADDRESS_LIMIT`] up).
-    pub fn fits_ascending(&self, stream: u32, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
-        self.stream(stream)
-            .filter(|_| size < ADDRESS_LIMIT)
-            .into_iter()
-            .flat_map(move |classes| classes.fits_ascending(size))
+    /// [`ADDRESS_LIMIT`] up). The first is [`Self::best_fit`]'s answer, and each later one
+    /// costs a step rather than a search.
+    #[inline]
+    pub fn fits_ascending(&self, stream: u32, size: u64) -> Ascending<'_> {
+        match self.stream(stream) {
+            Some(classes) if size < ADDRESS_LIMIT => classes.fits_ascending(size),
+            _ => Ascending::empty(),
+        }
     }
 
     /// Free blocks of `stream` smaller than `size`, largest first (all of them from
     /// [`ADDRESS_LIMIT`] up).
-    pub fn below_descending(&self, stream: u32, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
+    #[inline]
+    pub fn below_descending(&self, stream: u32, size: u64) -> Descending<'_> {
         // Every block is below the limit: a larger bound is the same as the largest one.
         let size = size.min(ADDRESS_LIMIT - 512);
-        self.stream(stream)
-            .into_iter()
-            .flat_map(move |classes| classes.below_descending(size))
+        match self.stream(stream) {
+            Some(classes) => classes.below_descending(size),
+            None => Descending::empty(),
+        }
     }
 
     /// Every free block, in (stream, size, address) order.

@@ -10,16 +10,19 @@
 
 use super::links::NONE;
 
+/// In a slot's `prev`: the slot is not in the list. (A slot in the list has a real slot or
+/// [`NONE`] there; slots are record indexes, far below this.)
+const OUT: u32 = NONE - 1;
+
 /// A doubly linked list over slots. Create it with [`IdleList::new`].
 #[derive(Debug)]
 pub(crate) struct IdleList {
     first: u32,
     last: u32,
     len: usize,
-    /// Per segment slot: `[prev, next]` in the list, or [`NONE`] at the ends.
+    /// Per slot: `[prev, next]` in the list, [`NONE`] at the ends; `prev` is [`OUT`] for a
+    /// slot not in the list, so that one load answers both questions.
     links: Vec<[u32; 2]>,
-    /// Per segment slot: whether it is in the list.
-    member: Vec<bool>,
 }
 
 impl IdleList {
@@ -29,26 +32,21 @@ impl IdleList {
             last: NONE,
             len: 0,
             links: Vec::new(),
-            member: Vec::new(),
         }
     }
 
     fn grow_to(&mut self, segment: u32) {
         let needed = segment as usize + 1;
         if self.links.len() < needed {
-            self.links.resize(needed, [NONE, NONE]);
-            self.member.resize(needed, false);
+            self.links.resize(needed, [OUT, NONE]);
         }
     }
 
     /// Appends `segment`, which must not be in the list, as the most recently idle.
     pub fn push_back(&mut self, segment: u32) {
+        debug_assert!(segment < OUT);
         self.grow_to(segment);
-        debug_assert!(
-            !self.member[segment as usize],
-            "segment {segment} idle twice"
-        );
-        self.member[segment as usize] = true;
+        debug_assert!(!self.contains(segment), "segment {segment} idle twice");
         self.links[segment as usize] = [self.last, NONE];
         if self.last == NONE {
             self.first = segment;
@@ -75,7 +73,7 @@ impl IdleList {
         } else {
             self.links[next as usize][0] = prev;
         }
-        self.member[segment as usize] = false;
+        self.links[segment as usize][0] = OUT;
         self.len -= 1;
         true
     }
@@ -86,8 +84,9 @@ impl IdleList {
         if !self.contains(old) {
             return false;
         }
+        debug_assert!(new < OUT);
         self.grow_to(new);
-        debug_assert!(!self.member[new as usize], "slot {new} idle twice");
+        debug_assert!(!self.contains(new), "slot {new} idle twice");
         let [prev, next] = self.links[old as usize];
         self.links[new as usize] = [prev, next];
         if prev == NONE {
@@ -100,8 +99,7 @@ impl IdleList {
         } else {
             self.links[next as usize][0] = new;
         }
-        self.member[old as usize] = false;
-        self.member[new as usize] = true;
+        self.links[old as usize][0] = OUT;
         true
     }
 
@@ -116,8 +114,11 @@ impl IdleList {
         (next != NONE).then_some(next)
     }
 
+    #[inline]
     pub fn contains(&self, segment: u32) -> bool {
-        self.member.get(segment as usize).copied().unwrap_or(false)
+        self.links
+            .get(segment as usize)
+            .is_some_and(|&[prev, _]| prev != OUT)
     }
 
     /// The segments, least recently idle first.

@@ -62,7 +62,7 @@ pub use stats::{MemoryStats, Stat, StatArray};
 pub use types::{Allocation, BlockId, EngineLimits, MAX_SEGMENT_SIZE, MemoryMode, SegmentId};
 
 use crate::config::{Caching, Config, ExpandableSegments, Policy};
-use pages::{PageLayout, PageState};
+use pages::{PageLayout, PageState, UnmappedOrder};
 use policy::{PlacementPolicy, Request};
 use preload::preload_record;
 use rounding::round_request;
@@ -109,15 +109,19 @@ impl Engine {
             (true, Some(mapping)) => {
                 // PyTorch maps 2 MiB pages for the small pool and pages of its large
                 // segment (20 MiB) for the large one; the compact policy maps finer pages.
-                let (small, large) = match config.policy {
+                let (small, large, order) = match config.policy {
                     Policy::Pytorch => (
                         SMALL_SEGMENT_SIZE,
                         segment_size_for(&config, rounding::SMALL_SIZE + 1),
+                        UnmappedOrder::Address,
                     ),
-                    Policy::Compact => policy::COMPACT_PAGES,
+                    Policy::Compact => {
+                        let (small, large) = policy::COMPACT_PAGES;
+                        (small, large, UnmappedOrder::Size)
+                    }
                 };
                 let layout = PageLayout::new(mapping, small, large, limits.device_memory);
-                Some(PageState::new(layout))
+                Some(PageState::new(layout, order))
             }
             _ => None,
         };

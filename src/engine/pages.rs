@@ -16,7 +16,7 @@
 use std::collections::BTreeSet;
 use std::ops::Range;
 
-use super::free_index::{FreeIndex, FreeKey};
+use super::free_index::FreeKey;
 use super::idle::IdleList;
 use super::links::NONE;
 use super::rounding::SegmentKind;
@@ -95,12 +95,27 @@ impl PageLayout {
     }
 }
 
+/// The order in which a policy looks for unmapped blocks: the engine keeps one index of
+/// them, in that order (keeping both would cost every map and unmap two more tree updates).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UnmappedOrder {
+    /// By (stream, size, address): the compact policy's search for the cheapest place.
+    Size,
+    /// By (stream, address): PyTorch's expandable segments, lowest address first.
+    Address,
+}
+
 /// Pages mode's part of the engine state.
 #[derive(Debug)]
 pub(crate) struct PageState {
     pub layout: Option<PageLayout>,
-    /// Unmapped blocks per kind, by (stream, size, address): best fit.
-    pub unmapped_by_size: [FreeIndex; 2],
+    /// Which of the two indexes below is kept; the other stays empty.
+    pub order: UnmappedOrder,
+    /// Unmapped blocks per kind, by (stream, size, address, block): the nearest sizes
+    /// above and below a request. One ordered set rather than size classes as for free blocks: unmapped
+    /// blocks are few and of scattered sizes, so size classes would hold one block each
+    /// and every step of a search would jump to another class.
+    pub unmapped_by_size: [BTreeSet<(u32, u64, u64, u32)>; 2],
     /// Unmapped blocks per kind, by (stream, address, block): lowest address first.
     pub unmapped_by_address: [BTreeSet<(u32, u64, u32)>; 2],
     /// Free mapped blocks that hold at least one whole page, least recently freed first.
@@ -113,7 +128,8 @@ impl Default for PageState {
     fn default() -> Self {
         PageState {
             layout: None,
-            unmapped_by_size: [FreeIndex::default(), FreeIndex::default()],
+            order: UnmappedOrder::Size,
+            unmapped_by_size: [BTreeSet::new(), BTreeSet::new()],
             unmapped_by_address: [BTreeSet::new(), BTreeSet::new()],
             idle_pages: IdleList::new(),
             stats: PageStats::default(),
@@ -122,18 +138,42 @@ impl Default for PageState {
 }
 
 impl PageState {
-    pub fn new(layout: PageLayout) -> PageState {
+    pub fn new(layout: PageLayout, order: UnmappedOrder) -> PageState {
         PageState {
             layout: Some(layout),
+            order,
             ..PageState::default()
         }
+    }
+}
+
+/// `bytes` rounded up to whole pages of `page` bytes. The default policy's pages are
+/// powers of two, and a mask spares the division (tens of cycles) on its hot paths: every
+/// split and free asks [`holds_page`], every miss rounds a few dozen candidate places.
+#[inline]
+pub(crate) fn round_up_to_page(bytes: u64, page: u64) -> u64 {
+    if page.is_power_of_two() {
+        (bytes + page - 1) & !(page - 1)
+    } else {
+        bytes.div_ceil(page) * page
+    }
+}
+
+/// An entry of the unmapped blocks' index as a free-index key.
+#[inline]
+fn unmapped_key((stream, size, address, block): (u32, u64, u64, u32)) -> FreeKey {
+    FreeKey {
+        stream,
+        size,
+        address,
+        block,
     }
 }
 
 /// Whether `offset..offset + size` holds a whole page of `page` bytes.
 #[inline]
 pub(crate) fn holds_page(offset: u64, size: u64, page: u64) -> bool {
-    offset.div_ceil(page) * page + page <= offset + size
+    round_up_to_page(offset, page) + page <= offset + size
 }
 
 impl EngineState {
@@ -176,17 +216,59 @@ impl EngineState {
     fn index_unmapped(&mut self, block: u32) {
         let key = self.key_of(block);
         let kind = self.blocks[block as usize].pool.index();
-        self.pages.unmapped_by_size[kind].insert(key);
-        self.pages.unmapped_by_address[kind].insert((key.stream, key.address, block));
+        match self.pages.order {
+            UnmappedOrder::Size => {
+                let inserted = self.pages.unmapped_by_size[kind].insert((
+                    key.stream,
+                    key.size,
+                    key.address,
+                    block,
+                ));
+                debug_assert!(inserted, "unmapped block {block} indexed twice");
+            }
+            UnmappedOrder::Address => {
+                self.pages.unmapped_by_address[kind].insert((key.stream, key.address, block));
+            }
+        }
     }
 
     fn unindex_unmapped(&mut self, block: u32) {
         let key = self.key_of(block);
         let kind = self.blocks[block as usize].pool.index();
-        self.pages.unmapped_by_size[kind].remove(&key);
-        let removed =
-            self.pages.unmapped_by_address[kind].remove(&(key.stream, key.address, block));
-        debug_assert!(removed, "unmapped block {block} was not indexed");
+        match self.pages.order {
+            UnmappedOrder::Size => {
+                let removed = self.pages.unmapped_by_size[kind].remove(&(
+                    key.stream,
+                    key.size,
+                    key.address,
+                    block,
+                ));
+                debug_assert!(removed, "unmapped block {block} was not indexed");
+            }
+            UnmappedOrder::Address => {
+                let removed =
+                    self.pages.unmapped_by_address[kind].remove(&(key.stream, key.address, block));
+                debug_assert!(removed, "unmapped block {block} was not indexed");
+            }
+        }
+    }
+
+    /// Every unmapped block of the kept index.
+    pub(super) fn unmapped_blocks(&self) -> Vec<u32> {
+        match self.pages.order {
+            UnmappedOrder::Size => self
+                .pages
+                .unmapped_by_size
+                .iter()
+                .flat_map(|set| set.iter().map(|&(_, _, _, b)| b))
+                .collect(),
+            UnmappedOrder::Address => self
+                .pages
+                .unmapped_by_address
+                .iter()
+                .flat_map(|set| set.iter().map(|&(_, _, b)| b))
+                .collect(),
+        }
     }
 
     /// Cuts `block` in two at `offset` bytes into it; the upper part is a new record in the
@@ -261,39 +343,47 @@ impl EngineState {
         self.pages.stats.range_bytes -= size;
     }
 
-    /// Maps the first `bytes` (whole pages) of unmapped block `block`, in one bind. The
-    /// mapped part becomes a free block, merged with free neighbours and indexed; it is
-    /// returned. Fails, changing nothing, when the cap or the source refuses.
-    pub fn map_front(
+    /// Maps the first `bytes` (whole pages) of unmapped block `block`, in one bind, for a
+    /// request that takes the result at once: the mapped part becomes a free block, merged
+    /// with free neighbours and listed among idle pages as any freed block is, but left out
+    /// of the free index (the caller takes it, so indexing it would be undone at once). It
+    /// is returned. Fails, changing nothing, when the cap or the source refuses.
+    pub fn map_front_to_take(
         &mut self,
         block: u32,
         bytes: u64,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
-        self.map_front_checked(block, bytes, true, source)
+        self.map_front_checked(block, bytes, true, source)?;
+        Ok(self.merge_free_block_unindexed(block))
     }
 
-    /// [`Self::map_front`] with no cap check of its own: for a caller that checked the cap
-    /// before, as PyTorch's `alloc_block` does once per request (with the segment size the
-    /// request would get, not the pages mapped), its `map_block` checking nothing. Physical
-    /// memory may then end above the cap by less than one page of the kind. Fails,
-    /// changing nothing, when the source refuses.
+    /// Maps the first `bytes` (whole pages) of unmapped block `block`, in one bind, with
+    /// no cap check of its own: for a caller that checked the cap before, as PyTorch's
+    /// `alloc_block` does once per request (with the segment size the request would get, not
+    /// the pages mapped), its `map_block` checking nothing. Physical memory may then end
+    /// above the cap by less than one page of the kind. The mapped part becomes a free
+    /// block, merged with free neighbours and indexed; it is returned. Fails, changing
+    /// nothing, when the source refuses.
     pub fn map_front_uncapped(
         &mut self,
         block: u32,
         bytes: u64,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
-        self.map_front_checked(block, bytes, false, source)
+        self.map_front_checked(block, bytes, false, source)?;
+        Ok(self.merge_free_block(block))
     }
 
+    /// Maps the first `bytes` of `block` and records it in the layout as a free block not
+    /// yet merged with its neighbours.
     fn map_front_checked(
         &mut self,
         block: u32,
         bytes: u64,
         check_cap: bool,
         source: &mut dyn SegmentSource,
-    ) -> Result<u32, NoSegment> {
+    ) -> Result<(), NoSegment> {
         let (kind, offset, size, segment) = {
             let b = &self.blocks[block as usize];
             (b.pool, b.offset(), b.size(), b.segment)
@@ -327,7 +417,7 @@ impl EngineState {
         self.stats.reserved_bytes.increase(kind, bytes);
         self.stats.num_device_alloc += 1;
         self.note_physical();
-        Ok(self.merge_free_block(block))
+        Ok(())
     }
 
     /// The whole pages of free mapped block `block` to unmap: up to `max_bytes` (rounded up
@@ -336,7 +426,7 @@ impl EngineState {
         let b = &self.blocks[block as usize];
         let (offset, size) = (b.offset(), b.size());
         let page = self.page_of(b.pool);
-        let low = offset.div_ceil(page) * page;
+        let low = round_up_to_page(offset, page);
         let high = (offset + size) / page * page;
         if low >= high || max_bytes == 0 {
             return None;
@@ -545,12 +635,14 @@ impl EngineState {
         self.unmap_batch(&chosen, source)
     }
 
-    /// The unmapped blocks of `kind` on `stream`, lowest address first.
+    /// The unmapped blocks of `kind` on `stream`, lowest address first (kept only in
+    /// [`UnmappedOrder::Address`]).
     pub fn unmapped_by_address(
         &self,
         kind: SegmentKind,
         stream: u32,
     ) -> impl Iterator<Item = u32> + '_ {
+        debug_assert_eq!(self.pages.order, UnmappedOrder::Address);
         self.pages.unmapped_by_address[kind.index()]
             .range((stream, 0, 0)..)
             .take_while(move |&&(s, _, _)| s == stream)
@@ -558,14 +650,18 @@ impl EngineState {
     }
 
     /// The free-index key of unmapped blocks of `kind` on `stream` of at least `size` bytes,
-    /// smallest first.
+    /// smallest first (kept only in [`UnmappedOrder::Size`], as is [`Self::unmapped_below`]).
     pub fn unmapped_fits(
         &self,
         kind: SegmentKind,
         stream: u32,
         size: u64,
     ) -> impl Iterator<Item = FreeKey> + '_ {
-        self.pages.unmapped_by_size[kind.index()].fits_ascending(stream, size)
+        debug_assert_eq!(self.pages.order, UnmappedOrder::Size);
+        self.pages.unmapped_by_size[kind.index()]
+            .range((stream, size, 0, 0)..)
+            .take_while(move |k| k.0 == stream)
+            .map(|&k| unmapped_key(k))
     }
 
     /// Unmapped blocks of `kind` on `stream` smaller than `size`, largest first.
@@ -575,18 +671,16 @@ impl EngineState {
         stream: u32,
         size: u64,
     ) -> impl Iterator<Item = FreeKey> + '_ {
-        self.pages.unmapped_by_size[kind.index()].below_descending(stream, size)
+        self.pages.unmapped_by_size[kind.index()]
+            .range((stream, 0, 0, 0)..(stream, size, 0, 0))
+            .rev()
+            .map(|&k| unmapped_key(k))
     }
 
     /// Rebuilds the unmapped indexes after the ranges' addresses changed.
     pub(super) fn reindex_unmapped(&mut self) {
-        let blocks: Vec<u32> = self
-            .pages
-            .unmapped_by_address
-            .iter()
-            .flat_map(|set| set.iter().map(|&(_, _, b)| b))
-            .collect();
-        self.pages.unmapped_by_size = [FreeIndex::default(), FreeIndex::default()];
+        let blocks = self.unmapped_blocks();
+        self.pages.unmapped_by_size = [BTreeSet::new(), BTreeSet::new()];
         self.pages.unmapped_by_address = [BTreeSet::new(), BTreeSet::new()];
         for block in blocks {
             self.index_unmapped(block);
@@ -600,11 +694,14 @@ mod tests {
 
     #[test]
     fn whole_pages_are_found_at_any_offset() {
-        let page = 2 << 20;
-        assert!(holds_page(0, page, page));
-        assert!(!holds_page(512, page, page));
-        assert!(holds_page(512, 2 * page - 512, page));
-        assert!(!holds_page(512, 2 * page - 1024, page));
+        // A power of two (the default policy's pages) and not (PyTorch's 20 MiB pages).
+        for page in [2 << 20, 20 << 20] {
+            assert!(holds_page(0, page, page));
+            assert!(!holds_page(512, page, page));
+            assert!(holds_page(512, 2 * page - 512, page));
+            assert!(!holds_page(512, 2 * page - 1024, page));
+            assert!(holds_page(page, page, page) && !holds_page(page, page - 512, page));
+        }
     }
 
     #[test]

@@ -129,6 +129,17 @@ impl EngineState {
     /// does for expandable segments, and lists idle pages instead), and returns the merged
     /// block. Unmapped neighbours never merge with it.
     pub fn merge_free_block(&mut self, block: u32) -> u32 {
+        let merged = self.merge_free_block_unindexed(block);
+        let pool = self.blocks[merged as usize].pool;
+        let key = self.key_of(merged);
+        self.free_index[pool.index()].insert(key);
+        merged
+    }
+
+    /// [`Self::merge_free_block`] but for the last step: the merged block is left out of
+    /// the free index, for a caller that takes it at once.
+    #[inline(always)]
+    pub fn merge_free_block_unindexed(&mut self, block: u32) -> u32 {
         let pool = self.blocks[block as usize].pool;
         let paged = self.paged;
         let mut net_blocks: i64 = 0;
@@ -174,8 +185,6 @@ impl EngineState {
                 self.idle.push_back(segment);
             }
         }
-        let key = self.key_of(block);
-        self.free_index[pool.index()].insert(key);
         block
     }
 

@@ -130,18 +130,22 @@ pub(crate) fn candidate_rule(
     stream: u32,
     rounded: u64,
 ) -> Option<FreeKey> {
-    let index = &state.free_index[kind.index()];
-    let mut best = index.best_fit(stream, rounded)?;
-    // Most blocks have no unmapped space after them: then plain best fit is the answer.
-    if state.links.is_unmapped_block(state.links.next(best.block)) {
-        let mut best_room = expandable_size(state, best.block);
-        for next in index.fits_ascending(stream, rounded).skip(1) {
-            let room = expandable_size(state, next.block);
-            if room >= best_room {
-                break;
-            }
-            (best, best_room) = (next, room);
+    let mut fits = state.free_index[kind.index()].fits_ascending(stream, rounded);
+    let mut best = fits.next()?;
+    // Blocks come in ascending size, so a block with no unmapped space after it can grow no
+    // more than any later one: the search stops at the first such block. Most blocks are
+    // like that, and then plain best fit is the answer.
+    while let tail = state.links.next(best.block)
+        && state.links.is_unmapped_block(tail)
+    {
+        let best_room = best.size + state.blocks[tail as usize].size();
+        let Some(next) = fits.next() else {
+            break;
+        };
+        if expandable_size(state, next.block) >= best_room {
+            break;
         }
+        best = next;
     }
     state
         .passes_oversize_rules(best.size, rounded)
