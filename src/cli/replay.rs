@@ -106,16 +106,20 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     .map_err(Failure::bad_input)?;
     let device_memory = device_memory(&args)?;
     let trace = load(&args)?;
-    for warning in warnings(&trace, &config, device_memory) {
-        eprintln!("warning: {warning}");
-    }
+    // Said once the replay has run: a replay that fails says only why.
+    let warnings = warnings(&trace, &config, device_memory);
+    let warn = || {
+        for warning in &warnings {
+            eprintln!("warning: {warning}");
+        }
+    };
     if args.gpu {
         let options = wgpool::trace::GpuReplayOptions::default()
             .with_scale(args.scale.unwrap_or(1))
             .with_repeat(args.repeat.unwrap_or(1))
             .with_keep_cache(args.keep_cache)
             .with_device_memory(device_memory);
-        return super::replay_gpu::run(&trace, &args.file, &config, &options, args.json);
+        return super::replay_gpu::run(&trace, &args.file, &config, &options, args.json, warn);
     }
     let options = ReplayOptions::default()
         .with_device_memory(device_memory)
@@ -137,6 +141,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         replay(&trace, &config, &options)
     }
     .map_err(Failure::bad_input)?;
+    warn();
     if let Some(path) = &args.snapshot {
         let snapshot = recorder.torch_snapshot(&report.conf);
         write_torch_snapshot(path, &snapshot).map_err(|e| output::file_failure(&e))?;

@@ -10,13 +10,15 @@ use super::Failure;
 use super::output;
 
 /// Replays `trace` on the default adapter (`WGPU_ADAPTER_NAME`, `WGPU_BACKEND` choose it)
-/// and prints the report, as JSON or text.
+/// and prints the report, as JSON or text; `warn` says what the replay's reader should know,
+/// once it has run.
 pub fn run(
     trace: &Trace,
     file: &std::path::Path,
     config: &Config,
     options: &GpuReplayOptions,
     json: bool,
+    warn: impl FnOnce(),
 ) -> Result<(), Failure> {
     let gpu = GpuContext::headless(&HeadlessOptions::default())
         .map_err(|error| Failure::gpu(&error, ""))?;
@@ -33,6 +35,7 @@ pub fn run(
         }
         other => Failure::internal(format!("{}: {other}", file.display())),
     })?;
+    warn();
     if json {
         return output::print_json(&report, "report");
     }
