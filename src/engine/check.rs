@@ -22,6 +22,9 @@ pub struct BlockSnapshot {
     /// Whether memory is mapped behind it: always, but for the unmapped address space of a
     /// range in pages mode (never allocated).
     pub mapped: bool,
+    /// Of an allocated block in pages mode, the bytes of its interior pages unmapped while it
+    /// is evicted (0 otherwise; see [`Engine::evict`](super::Engine::evict)).
+    pub evicted_bytes: u64,
     /// The label the block was allocated with, where the caller keeps labels (the wgpu
     /// pool's `Pool::alloc_labeled`); the engine itself has none.
     pub label: Option<String>,
@@ -65,6 +68,12 @@ impl EngineState {
                     allocated,
                     requested: if allocated { b.requested } else { 0 },
                     mapped: !self.links.is_unmapped(cursor),
+                    evicted_bytes: self
+                        .pages
+                        .evicted
+                        .get(&cursor)
+                        .filter(|_| allocated)
+                        .map_or(0, |run| run.end - run.start),
                     label: None,
                 });
                 cursor = self.links.next(cursor);
@@ -165,7 +174,9 @@ impl EngineState {
                 }
                 previous_unmapped = false;
                 if self.paged {
-                    counted.reserved_bytes.increase(pool, b.size);
+                    counted
+                        .reserved_bytes
+                        .increase(pool, b.size - b.evicted_bytes);
                 }
                 if b.allocated {
                     previous_free = false;
@@ -257,6 +268,18 @@ impl EngineState {
                         "unmapped index entry {key:?} does not match its block"
                     ));
                 }
+            }
+        }
+        // Evicted blocks are allocated, and their run is their whole interior pages.
+        for (&record, run) in &self.pages.evicted {
+            if !self.blocks[record as usize].in_use
+                || !self.links.is_allocated(record)
+                || self.interior(record).as_ref() != Some(run)
+            {
+                return Err(format!(
+                    "evicted block {record} with run {run:?} is not an allocated block with \
+                     that interior"
+                ));
             }
         }
         // One index holds every unmapped block; the other, which the policy does not read,

@@ -16,7 +16,8 @@
 //! block and segment records), `state` (the layout the policies read), `split_merge`,
 //! `segments` (creation, release, virtual addresses), `release` (the retry chain), `policy`
 //! (one file per placement policy, behind one trait), `preload` (the engine's only `unsafe`:
-//! a CPU cache hint), `check` (snapshots and the recount), `stats` and `summary`.
+//! a CPU cache hint), `check` (snapshots and the recount), `evict` (pages mode: allocated
+//! blocks whose interior pages are unmapped), `stats` and `summary`.
 //!
 //! ```
 //! use wgpool::config::Config;
@@ -36,6 +37,7 @@
 
 mod check;
 mod error;
+mod evict;
 pub(crate) mod free_index;
 mod idle;
 mod links;
@@ -55,6 +57,7 @@ mod types;
 
 pub use check::{BlockSnapshot, SegmentSnapshot};
 pub use error::{AllocError, EngineError, FreeError, OomCause, OutOfMemory, SizeLimit};
+pub use evict::EvictError;
 pub use pages::PageStats;
 pub use rounding::SegmentKind;
 pub use source::{PageMapping, SegmentSource, SourceError, SourceErrorKind, VirtualSegments};
@@ -350,6 +353,12 @@ impl Engine {
             return Err(FreeError::NotLive(id));
         }
         self.state.clock += 1;
+        if let Some(run) = self.state.pages.evicted.remove(&id.index) {
+            let segment = self.state.blocks[id.index as usize].segment;
+            self.state.free_evicted_block(id.index, run);
+            self.state.release_if_empty(segment, source);
+            return Ok(());
+        }
         let merged = self.state.free_block(id.index);
         if self.policy.release_on_free() {
             self.state.release_block(merged, source);

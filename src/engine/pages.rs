@@ -120,6 +120,9 @@ pub(crate) struct PageState {
     pub unmapped_by_address: [BTreeSet<(u32, u64, u32)>; 2],
     /// Free mapped blocks that hold at least one whole page, least recently freed first.
     pub idle_pages: IdleList,
+    /// Allocated blocks whose whole interior pages are unmapped (see the `evict` module), by
+    /// record, with that run.
+    pub evicted: std::collections::HashMap<u32, Range<u64>>,
     pub stats: PageStats,
 }
 
@@ -132,6 +135,7 @@ impl Default for PageState {
             unmapped_by_size: [BTreeSet::new(), BTreeSet::new()],
             unmapped_by_address: [BTreeSet::new(), BTreeSet::new()],
             idle_pages: IdleList::new(),
+            evicted: std::collections::HashMap::new(),
             stats: PageStats::default(),
         }
     }
@@ -273,7 +277,7 @@ impl EngineState {
 
     /// Cuts `block` in two at `offset` bytes into it; the upper part is a new record in the
     /// same state, linked after it. Returns the upper part.
-    fn cut(&mut self, block: u32, at: u64) -> u32 {
+    pub(super) fn cut(&mut self, block: u32, at: u64) -> u32 {
         let b = &self.blocks[block as usize];
         debug_assert!(at > 0 && at < b.size());
         let (of, offset, size) = (b.segment_fields(), b.offset(), b.size());
@@ -482,7 +486,7 @@ impl EngineState {
     }
 
     /// Releases range `segment` if no page of it is mapped any more.
-    fn release_if_empty(&mut self, segment: u32, source: &mut dyn SegmentSource) {
+    pub(super) fn release_if_empty(&mut self, segment: u32, source: &mut dyn SegmentSource) {
         let s = &self.segments[segment as usize];
         if s.in_use && self.links.is_unmapped(s.head) && !self.is_split(s.head) {
             self.release_range(s.head, source);
@@ -542,7 +546,7 @@ impl EngineState {
     }
 
     /// Merges unmapped block `block` with unmapped neighbours and indexes the result.
-    fn merge_unmapped(&mut self, block: u32) -> u32 {
+    pub(super) fn merge_unmapped(&mut self, block: u32) -> u32 {
         let mut block = block;
         let prev = self.links.prev(block);
         if self.links.is_unmapped_block(prev) {
@@ -569,7 +573,7 @@ impl EngineState {
     }
 
     /// Records the physical peak.
-    fn note_physical(&mut self) {
+    pub(super) fn note_physical(&mut self) {
         let physical = self.physical();
         let stats = &mut self.pages.stats;
         stats.physical_peak = stats.physical_peak.max(physical);

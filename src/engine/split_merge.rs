@@ -23,6 +23,12 @@ impl EngineState {
             preload_record(&self.blocks, next);
         }
         self.links.set_allocated(index, false);
+        self.count_free(index);
+        self.merge_free_block(index)
+    }
+
+    /// Counts live block `index` as freed in the statistics (the layout is the caller's).
+    pub(super) fn count_free(&mut self, index: u32) {
         let (pool, size, requested) = {
             let b = &self.blocks[index as usize];
             (b.pool, b.size(), b.requested)
@@ -32,11 +38,9 @@ impl EngineState {
         if self.is_oversize(size) {
             self.stats.oversize_allocations.decrease(1);
         }
-        let merged = self.merge_free_block(index);
         self.stats.active.decrease(pool, 1);
         self.stats.active_bytes.decrease(pool, size);
         self.stats.requested_bytes.decrease(pool, requested);
-        merged
     }
 
     /// Marks a found free block allocated, splitting off the tail when worthwhile
