@@ -16,7 +16,7 @@ use mlp::{BATCH, Mlp, WIDTHS, max_abs_error, values};
 use wgpool::config::Config;
 use wgpool::engine::AllocError;
 use wgpool::gpu::{GpuContext, HeadlessOptions};
-use wgpool::pool::{BlockBindings, HeldLimitAction, MemoryMode, Pool, PoolOptions};
+use wgpool::pool::{HeldLimitAction, MemoryMode, Pool, PoolOptions};
 
 fn pool(gpu: &GpuContext, conf: &str) -> Pool {
     Pool::from_context(gpu, Config::parse(conf).expect("conf")).expect("pool")
@@ -352,10 +352,7 @@ fn a_block_bound_on_one_thread_and_dropped_on_another_waits_for_the_binder() {
     let gpu = common::gpu();
     let pool = pool(gpu, "");
     let block = pool.alloc(4096).unwrap();
-    BlockBindings::new()
-        .read_write(0, &block)
-        .check()
-        .expect("bindings");
+    let _ = block.binding().expect("binding");
     std::thread::spawn(move || drop(block))
         .join()
         .expect("dropping thread");

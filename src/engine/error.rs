@@ -56,6 +56,56 @@ pub struct OutOfMemory {
     pub held_for_submission: Option<u64>,
     /// Why the last attempt failed.
     pub cause: OomCause,
+    /// Where the pool pages blocks to host memory (residency): what it could not evict to
+    /// make room.
+    pub residency: Option<RoomShortfall>,
+}
+
+/// Room a pool with residency could not make on the device: the bytes it needed, and where
+/// the device memory it could not evict is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct RoomShortfall {
+    /// The bytes asked for.
+    pub needed: u64,
+    /// The bytes every block that could go would have given back.
+    pub evictable: u64,
+    /// Bytes of pinned blocks on the device.
+    pub pinned: u64,
+    /// Bytes of blocks that recordings not yet submitted may name, or that the pool's own
+    /// transfers were using.
+    pub in_use: u64,
+    /// Bytes of blocks the same request needs on the device.
+    pub kept: u64,
+    /// Set when host memory is what ran out: evicting stopped at the host limit (its bytes,
+    /// or 0 where the host itself refused).
+    pub host_full: Option<u64>,
+}
+
+impl std::fmt::Display for RoomShortfall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(limit) = self.host_full {
+            return match limit {
+                0 => write!(f, "host memory refused the copies of evicted blocks"),
+                limit => write!(
+                    f,
+                    "host memory is full: the evicted blocks' copies reached the host limit of \
+                     {} (ResidencyOptions::with_host_limit)",
+                    bytes(limit)
+                ),
+            };
+        }
+        write!(
+            f,
+            "residency could evict {} of the {} needed: {} is pinned, {} is named by \
+             recordings not yet submitted, {} is needed by the same request",
+            bytes(self.evictable),
+            bytes(self.needed),
+            bytes(self.pinned),
+            bytes(self.in_use),
+            bytes(self.kept)
+        )
+    }
 }
 
 impl OutOfMemory {
@@ -103,6 +153,9 @@ impl std::fmt::Display for OutOfMemory {
             f,
             ". Cached free segments were already released and the allocation retried. "
         )?;
+        if let Some(room) = &self.residency {
+            write!(f, "Blocks were evicted to host memory first, but {room}. ")?;
+        }
         if let Some(held) = self.held_for_submission.filter(|&held| held > 0) {
             write!(
                 f,
@@ -200,9 +253,10 @@ pub enum AllocError {
         /// Where that limit comes from.
         limit: SizeLimit,
     },
-    /// No memory could be found.
+    /// No memory could be found (boxed: the diagnosis is large, and errors travel in every
+    /// `Result` of an allocation).
     #[error(transparent)]
-    OutOfMemory(#[from] OutOfMemory),
+    OutOfMemory(Box<OutOfMemory>),
     /// The segment source failed with an error other than out-of-memory (a validation
     /// error, a lost device). The cache was not released and nothing was retried.
     #[error("the segment source failed: {0}")]

@@ -94,6 +94,17 @@ impl Engine {
         self.state.pages.evicted.contains_key(&id.index) && self.state.live_block(id).is_some()
     }
 
+    /// The whole pages inside live block `id`, as offsets in its segment: what
+    /// [`evict`](Self::evict) unmaps. `None` for a block smaller than a page, one not live,
+    /// or in segments mode.
+    pub fn evictable_run(&self, id: BlockId) -> Option<Range<u64>> {
+        if !self.state.paged {
+            return None;
+        }
+        self.state.live_block(id)?;
+        self.state.interior(id.index)
+    }
+
     /// Bytes a call of [`evict`](Self::evict) on `id` would unmap: its whole interior
     /// pages (0 for a block smaller than a page, or in segments mode).
     pub fn evictable_bytes(&self, id: BlockId) -> u64 {
@@ -177,12 +188,21 @@ impl Engine {
             (b.pool, b.segment)
         };
         let bytes = run.end - run.start;
+        let over_cap = |state: &EngineState| {
+            let new_memory = bytes - bytes.min(state.pages.stats.held_bytes);
+            state
+                .cap
+                .is_some_and(|cap| state.physical().saturating_add(new_memory) > cap)
+        };
+        if over_cap(&self.state) {
+            // Idle pages of free blocks go before any live block has to: their memory is
+            // held for this map.
+            let excess = self.state.physical().saturating_add(bytes);
+            let excess = excess.saturating_sub(self.state.cap.unwrap_or(u64::MAX));
+            let _ = self.state.recycle_idle(excess, [u32::MAX; 2], source);
+        }
         let held = self.state.pages.stats.held_bytes;
-        let new_memory = bytes - bytes.min(held);
-        let over_cap = self
-            .state
-            .cap
-            .is_some_and(|cap| self.state.physical().saturating_add(new_memory) > cap);
+        let over_cap = over_cap(&self.state);
         let mapped = if over_cap {
             Err(NoSegment::Cap)
         } else {

@@ -56,7 +56,9 @@ mod summary;
 mod types;
 
 pub use check::{BlockSnapshot, SegmentSnapshot};
-pub use error::{AllocError, EngineError, FreeError, OomCause, OutOfMemory, SizeLimit};
+pub use error::{
+    AllocError, EngineError, FreeError, OomCause, OutOfMemory, RoomShortfall, SizeLimit,
+};
 pub use evict::EvictError;
 pub use pages::PageStats;
 pub use rounding::SegmentKind;
@@ -224,6 +226,14 @@ impl Engine {
     /// The cap on reserved bytes, if any.
     pub fn memory_cap(&self) -> Option<u64> {
         self.state.cap
+    }
+
+    /// Lowers the cap to `bytes` if it is higher or unset (a budget the pool keeps on top of
+    /// the configuration's cap), and returns the cap.
+    pub fn limit_cap(&mut self, bytes: u64) -> u64 {
+        let cap = self.state.cap.map_or(bytes, |cap| cap.min(bytes));
+        self.state.cap = Some(cap);
+        cap
     }
 
     /// A copy of the statistics.

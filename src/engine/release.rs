@@ -80,7 +80,7 @@ impl EngineState {
         cause: OomCause,
     ) -> AllocError {
         self.stats.num_ooms += 1;
-        AllocError::OutOfMemory(OutOfMemory {
+        AllocError::OutOfMemory(Box::new(OutOfMemory {
             requested: request.requested,
             rounded: request.rounded,
             segment_size,
@@ -91,7 +91,8 @@ impl EngineState {
             host_overflow: None,
             held_for_submission: None,
             cause,
-        })
+            residency: None,
+        }))
     }
 
     /// Turns a failure to create memory into the error that ends the request, or the cause

@@ -455,10 +455,12 @@ impl Kernels {
         Ok(data)
     }
 
-    /// Refuses an operand made from a block of a pool on another device.
+    /// Refuses an operand made from a block of a pool on another device, or from an evicted
+    /// block that could not be brought back when the operand was taken.
     fn check_device(&self, role: &'static str, operand: Operand<'_>) -> Result<(), KernelError> {
         match operand.block() {
             Some(block) if !block.is_on(&self.device) => Err(KernelError::ForeignDevice { role }),
+            Some(block) if block.is_evicted() => Err(KernelError::NotResident { role }),
             _ => Ok(()),
         }
     }

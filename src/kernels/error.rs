@@ -17,6 +17,16 @@ pub enum KernelError {
         /// The operand's role.
         role: &'static str,
     },
+    /// An operand is an evicted block that could not be brought back to the device when the
+    /// operand was taken (the pool logged why).
+    #[error(
+        "operand {role} is an evicted block that could not be made resident; call \
+         Pool::make_resident on it to see why"
+    )]
+    NotResident {
+        /// The operand's role.
+        role: &'static str,
+    },
     /// The device lacks a feature the kernel needs.
     #[error("kernel {kernel} needs device features {missing} that this device does not have")]
     Unsupported {

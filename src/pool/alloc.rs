@@ -4,10 +4,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::block::BlockParts;
+use super::error::ResidencyError;
 use super::pool_shared::PoolState;
+use super::residents::RoomError;
 use super::{Block, Pool, Residency};
 use crate::config::Overflow;
-use crate::engine::{AllocError, OomCause, OutOfMemory, SourceError};
+use crate::engine::{AllocError, OomCause, OutOfMemory, RoomShortfall, SegmentSource, SourceError};
 use crate::history::{Action, now_us};
 
 impl Pool {
@@ -75,18 +77,8 @@ impl Pool {
         label: Option<Arc<str>>,
     ) -> Result<Block, AllocError> {
         let mut state = self.shared.lock_flushed();
-        let PoolState { engine, memory, .. } = &mut *state;
-        let placed = match engine.allocate(size, 0, memory) {
-            Ok(allocation) => {
-                if let Some(log) = &mut memory.history {
-                    log.block(Action::Alloc, &allocation, 0, now_us());
-                }
-                let (buffer, wrapper, inherited) = memory.block_buffer(&allocation);
-                let mut parts = BlockParts::new(allocation, buffer, Residency::Device);
-                parts.wrapper = wrapper;
-                *parts.inherited_work.get_mut() = inherited;
-                parts
-            }
+        let placed = match self.place_on_device(&mut state, size) {
+            Ok(parts) => parts,
             Err(AllocError::OutOfMemory(mut oom)) => {
                 oom.held_for_submission = (state.held_bytes > 0).then_some(state.held_bytes);
                 let served = if state.engine.config().overflow == Overflow::Host {
@@ -116,6 +108,70 @@ impl Pool {
         Ok(Block::new(self.shared.clone(), Box::new(placed)))
     }
 
+    /// Places a device block of `size` bytes; in a pool with residency, evicts blocks to
+    /// make room when the budget is full, and tracks the new block.
+    pub(super) fn place_on_device(
+        &self,
+        state: &mut PoolState,
+        size: u64,
+    ) -> Result<BlockParts, AllocError> {
+        let mut failures = 0u32;
+        let allocation = loop {
+            let PoolState { engine, memory, .. } = &mut *state;
+            match engine.allocate(size, 0, memory) {
+                Ok(allocation) => break allocation,
+                Err(AllocError::OutOfMemory(mut oom)) if state.residents.is_some() => {
+                    failures += 1;
+                    if failures <= 6 {
+                        // The request's pages, then twice as many each time: the request may
+                        // need a segment larger than itself, and a block shares its end pages.
+                        let page = state.memory.page_mapping().map_or(1, |m| m.page);
+                        let needed = (oom.rounded.div_ceil(page) * page) << (failures - 1);
+                        match self.shared.make_room(state, needed, &[]) {
+                            Ok(freed) if freed > 0 => continue,
+                            Ok(_) => {}
+                            Err(RoomError::Short(short)) => oom.residency = Some(short),
+                            Err(RoomError::Failed(ResidencyError::HostLimit { limit, .. })) => {
+                                oom.residency = Some(RoomShortfall {
+                                    needed,
+                                    host_full: Some(limit.unwrap_or(0)),
+                                    ..RoomShortfall::default()
+                                });
+                            }
+                            Err(RoomError::Failed(error)) => log::warn!(
+                                "{}: evicting blocks to make room failed: {error}",
+                                self.shared.label
+                            ),
+                        }
+                    }
+                    // One out-of-memory for the request, not one per attempt.
+                    for _ in 1..failures {
+                        state.engine.uncount_oom();
+                    }
+                    return Err(AllocError::OutOfMemory(oom));
+                }
+                Err(error) => return Err(error),
+            }
+        };
+        for _ in 0..failures {
+            // Eviction served the request: the attempts that failed were not out-of-memory.
+            state.engine.uncount_oom();
+        }
+        if let Some(log) = &mut state.memory.history {
+            log.block(Action::Alloc, &allocation, 0, now_us());
+        }
+        let (buffer, wrapper, inherited) = state.memory.block_buffer(&allocation);
+        let mut parts = BlockParts::new(allocation, buffer, Residency::Device);
+        parts.wrapper = wrapper;
+        *parts.inherited_work.get_mut() = inherited;
+        if let Some(residents) = &mut state.residents
+            && let Some(run) = state.engine.evictable_run(parts.id)
+        {
+            residents.track(&mut parts, run, self.shared.use_clock.tick());
+        }
+        Ok(parts)
+    }
+
     /// Serves a request the device could not from host memory (`overflow:host`). The
     /// device's failure then counts as an overflow, not as an out-of-memory. If host memory
     /// fails too, the device's out-of-memory error comes back, saying how much went to host
@@ -124,7 +180,7 @@ impl Pool {
         &self,
         state: &mut PoolState,
         size: u64,
-        mut oom: OutOfMemory,
+        mut oom: Box<OutOfMemory>,
     ) -> Result<BlockParts, AllocError> {
         let host = match self.shared.host_tier(state) {
             Ok(host) => host,

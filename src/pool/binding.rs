@@ -58,6 +58,36 @@ impl Block {
         start: u64,
         size: u64,
     ) -> Result<wgpu::BufferBinding<'_>, BindingError> {
+        self.checked_window(start, size)?;
+        self.expose_resident()?;
+        let (buffer, offset) = self.exposed_place();
+        Ok(wgpu::BufferBinding {
+            buffer,
+            offset: offset + start,
+            size: NonZeroU64::new(size),
+        })
+    }
+
+    /// The window `start..start + size` for a bind group that keeps a
+    /// [`BlockRef`](super::BlockRef) and marks it used when recorded: checked as by
+    /// [`binding_range`](Block::binding_range), but not a use now (an evicted block stays
+    /// evicted until the group is recorded).
+    fn bind_group_window(
+        &self,
+        start: u64,
+        size: u64,
+    ) -> Result<wgpu::BufferBinding<'_>, BindingError> {
+        self.checked_window(start, size)?;
+        let (buffer, offset) = self.bound_place();
+        Ok(wgpu::BufferBinding {
+            buffer,
+            offset: offset + start,
+            size: NonZeroU64::new(size),
+        })
+    }
+
+    /// Refuses a window that cannot be bound (see [`binding_range`](Block::binding_range)).
+    fn checked_window(&self, start: u64, size: u64) -> Result<(), BindingError> {
         let limits = self.limits();
         if self.residency() == Residency::Host && !self.host_bindable() {
             return Err(BindingError::Offloaded);
@@ -88,13 +118,7 @@ impl Block {
                 kind: limits.binding_kind,
             });
         }
-        self.expose();
-        let (buffer, offset) = self.exposed_place();
-        Ok(wgpu::BufferBinding {
-            buffer,
-            offset: offset + start,
-            size: Some(size),
-        })
+        Ok(())
     }
 
     /// The whole block as a [`wgpu::BindingResource`], like wgpu's
@@ -221,17 +245,17 @@ impl<'a> BlockBindings<'a> {
 
     /// Binds the whole block as `var<storage, read>`.
     pub fn read(self, binding: u32, block: &'a Block) -> Self {
-        self.block(binding, BindingAccess::ReadOnly, block, block.binding())
+        self.whole(binding, BindingAccess::ReadOnly, block)
     }
 
     /// Binds the whole block as `var<storage, read_write>`.
     pub fn read_write(self, binding: u32, block: &'a Block) -> Self {
-        self.block(binding, BindingAccess::ReadWrite, block, block.binding())
+        self.whole(binding, BindingAccess::ReadWrite, block)
     }
 
     /// Binds the whole block as `var<uniform>` (a block of a `UNIFORM` pool).
     pub fn uniform(self, binding: u32, block: &'a Block) -> Self {
-        self.block(binding, BindingAccess::Uniform, block, block.binding())
+        self.whole(binding, BindingAccess::Uniform, block)
     }
 
     /// Binds the window `start..start + size` of `block` with `access` (checked as by
@@ -244,7 +268,12 @@ impl<'a> BlockBindings<'a> {
         start: u64,
         size: u64,
     ) -> Self {
-        self.block(binding, access, block, block.binding_range(start, size))
+        self.block(binding, access, block, block.bind_group_window(start, size))
+    }
+
+    fn whole(self, binding: u32, access: BindingAccess, block: &'a Block) -> Self {
+        let window = block.bind_group_window(0, block.bound_size());
+        self.block(binding, access, block, window)
     }
 
     /// Binds a plain buffer range that is not a pool block (for example a uniform buffer of

@@ -6,8 +6,10 @@ use std::sync::{Arc, OnceLock};
 
 use super::Residency;
 use super::block_ref::SharedPlace;
+use super::error::{BindingError, ResidencyError};
 use super::pool_shared::{BindingLimits, PoolShared};
 use super::recordings::ExposureSpan;
+use super::residence::Residence;
 use super::reuse_cache::Reusable;
 use crate::engine::{Allocation, BlockId, SegmentId, SegmentKind};
 
@@ -40,6 +42,8 @@ pub(crate) struct BlockParts {
     /// bytes that the block took over with their wrapper (0 for none); see the `wrappers`
     /// module.
     pub inherited_work: AtomicU64,
+    /// In a pool with residency, the block's record there, if it may be evicted.
+    pub residence: Option<Arc<Residence>>,
 }
 
 /// [`BlockParts::gpu_work`]: the block was exposed (its binding, operand, slice or buffer
@@ -58,6 +62,7 @@ impl BlockParts {
             share: OnceLock::new(),
             gpu_work: AtomicU8::new(0),
             inherited_work: AtomicU64::new(0),
+            residence: None,
             wrapper: 0,
             label: None,
             id: allocation.block,
@@ -215,13 +220,48 @@ impl Block {
     /// Notes that the calling thread may now record commands that name the block's memory:
     /// dropped before that thread's next submission point, it is held back (see
     /// [`FreeTiming`](super::FreeTiming)).
+    ///
+    /// In a pool with residency, an evicted block is brought back first; where that fails,
+    /// the failure is logged (the block stays evicted): use the accessors that return errors
+    /// ([`binding`](Block::binding), [`Pool::make_resident`](super::Pool::make_resident)) to
+    /// see it.
     #[inline]
     pub(crate) fn expose(&self) {
+        if let Err(error) = self.expose_checked() {
+            log::error!("{}: {error}", self.shared.label);
+        }
+    }
+
+    /// [`expose`](Block::expose), returning the failure to bring an evicted block back as a
+    /// binding error.
+    #[inline]
+    pub(crate) fn expose_resident(&self) -> Result<(), BindingError> {
+        self.expose_checked()
+            .map_err(|error| BindingError::NotResident(Box::new(error)))
+    }
+
+    #[inline]
+    fn expose_checked(&self) -> Result<(), ResidencyError> {
         self.parts.gpu_work.fetch_or(EXPOSED, Ordering::Relaxed);
         if self.shared.holds_for_recordings() {
             let ticket = self.shared.submissions.recordings.thread_ticket();
             self.parts.exposure.include(ticket);
+            if let Some(residence) = &self.parts.residence {
+                // Published before the eviction flag is read (see `residence`).
+                residence.tickets.include(ticket);
+                return self.shared.use_tracked(residence);
+            }
         }
+        Ok(())
+    }
+
+    /// Whether the block is evicted (a pool with residency could not bring it back when it
+    /// was last used).
+    pub(crate) fn is_evicted(&self) -> bool {
+        self.parts
+            .residence
+            .as_ref()
+            .is_some_and(|residence| residence.evicting())
     }
 
     /// The device of the pool that handed the block out.
@@ -257,6 +297,14 @@ impl Block {
     /// handed out), whose work is recorded, not submitted by the crate.
     pub(crate) fn exposed_place(&self) -> (&wgpu::Buffer, u64) {
         debug_assert!(self.parts.gpu_work.load(Ordering::Relaxed) & EXPOSED != 0);
+        (&self.parts.buffer, self.parts.offset)
+    }
+
+    /// The buffer and offset of a block that a bind group will name: noted as GPU work that
+    /// may reach its bytes, though no recording uses it yet (the bind group's references
+    /// mark the recordings that do).
+    pub(crate) fn bound_place(&self) -> (&wgpu::Buffer, u64) {
+        self.parts.gpu_work.fetch_or(EXPOSED, Ordering::Relaxed);
         (&self.parts.buffer, self.parts.offset)
     }
 

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use super::block::BlockParts;
 use super::pool_shared::PoolShared;
 use super::recordings::ExposureSpan;
+use super::residence::Residence;
 use super::{Block, Residency};
 
 /// A reference to the memory of a [`Block`]: while one exists, that memory serves no other
@@ -39,6 +40,8 @@ pub(crate) struct SharedPlace {
     /// The bytes of the place, for the pool's count of memory kept by references.
     capacity: u64,
     residency: Residency,
+    /// The block's record in a pool with residency, if it may be evicted.
+    residence: Option<Arc<Residence>>,
 }
 
 impl Block {
@@ -54,6 +57,7 @@ impl Block {
                 exposure: ExposureSpan::default(),
                 capacity: parts.capacity,
                 residency: parts.residency,
+                residence: parts.residence.clone(),
             })
         });
         BlockRef {
@@ -66,13 +70,22 @@ impl BlockRef {
     /// Notes that the calling thread is recording commands that use the referenced memory
     /// (a bind group that binds it): once the block is dropped, its memory waits for this
     /// thread's next submission point, as for a block whose binding was taken.
+    ///
+    /// In a pool with residency, an evicted block is brought back first (the bind group
+    /// stays valid: the block keeps its address); where that fails, the failure is logged.
     #[inline]
     pub fn mark_used(&self) {
         let place = &*self.place;
         if place.pool.holds_for_recordings() {
-            place
-                .exposure
-                .include(place.pool.submissions.recordings.thread_ticket());
+            let ticket = place.pool.submissions.recordings.thread_ticket();
+            place.exposure.include(ticket);
+            if let Some(residence) = &place.residence {
+                // Published before the eviction flag is read (see `residence`).
+                residence.tickets.include(ticket);
+                if let Err(error) = place.pool.use_tracked(residence) {
+                    log::error!("{}: {error}", place.pool.label);
+                }
+            }
         }
     }
 

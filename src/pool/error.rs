@@ -55,10 +55,17 @@ pub enum PoolError {
         /// What failed.
         reason: String,
     },
+    /// Residency was asked for ([`PoolOptions::with_residency`](super::PoolOptions::with_residency))
+    /// where the pool cannot keep it.
+    #[error("residency is unavailable: {reason}")]
+    ResidencyUnavailable {
+        /// Why, and what to do instead.
+        reason: String,
+    },
 }
 
 /// Why a block cannot be bound.
-#[derive(Clone, PartialEq, Eq, Error)]
+#[derive(Clone, PartialEq, Error)]
 #[non_exhaustive]
 pub enum BindingError {
     /// The block is larger than the device lets one binding be.
@@ -148,6 +155,9 @@ pub enum BindingError {
     /// wgpu refused the layout or bind group.
     #[error("wgpu refused the bind group: {0}")]
     Gpu(#[source] CaughtError),
+    /// The block is evicted and could not be brought back to the device.
+    #[error("the block is evicted and could not be made resident: {0}")]
+    NotResident(#[source] Box<ResidencyError>),
 }
 
 /// Why [`Pool::write`](super::Pool::write) or [`Pool::read`](super::Pool::read) failed.
@@ -180,6 +190,9 @@ pub enum ReadWriteError {
     /// The copy itself failed.
     #[error("the transfer failed: {0}")]
     Transfer(#[source] TransferError),
+    /// The block is evicted and could not be brought back to the device.
+    #[error("the block is evicted and could not be made resident: {0}")]
+    Residency(#[from] ResidencyError),
 }
 
 impl From<TransferError> for ReadWriteError {
@@ -212,6 +225,76 @@ pub enum MoveError {
     /// Reading the block out of host memory, or writing it to the device, failed.
     #[error("cannot move the block: the transfer failed: {0}")]
     Transfer(#[source] TransferError),
+    /// The block is evicted and could not be brought back to the device to be moved.
+    #[error("cannot move the block: it is evicted and could not be made resident: {0}")]
+    Residency(#[from] ResidencyError),
 }
 
-crate::error_debug::debug_as_message!(PoolError, BindingError, ReadWriteError, MoveError);
+/// Why a block could not be made resident, evicted or pinned. Nothing is lost: an evicted
+/// block keeps its host copy, a resident one its pages.
+#[derive(Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum ResidencyError {
+    /// The block was handed out by another pool.
+    #[error("{}", FOREIGN_BLOCK)]
+    ForeignBlock,
+    /// The pool does not page blocks to host memory.
+    #[error(
+        "the pool was created without residency (PoolOptions::with_residency), so it neither \
+         evicts nor pins blocks"
+    )]
+    Disabled,
+    /// The block is smaller than a page (nothing to evict), or was freed.
+    #[error(
+        "the block has no whole page of its own, so it always stays on the device and cannot \
+         be evicted"
+    )]
+    NotTracked,
+    /// The block is pinned, or recorded commands not yet submitted may use it.
+    #[error(
+        "the block is in use: it is pinned, or commands recorded with it are not submitted yet \
+         (submit them through Pool::submit, or call Pool::mark_submitted)"
+    )]
+    InUse,
+    /// The device budget has no room, even after evicting every block that may go.
+    #[error("the device budget of {} has no room: {shortfall}", bytes(*budget))]
+    NoRoom {
+        /// The device budget.
+        budget: u64,
+        /// What could not be evicted, and why.
+        shortfall: crate::engine::RoomShortfall,
+    },
+    /// The host limit is reached: the block could not be evicted.
+    #[error(
+        "evicting {} to host memory would pass the host limit{}; the block stays on the \
+         device. Raise the limit (ResidencyOptions::with_host_limit) or free blocks",
+        bytes(*needed),
+        limit.map(|l| format!(" of {}", bytes(l))).unwrap_or_default()
+    )]
+    HostLimit {
+        /// The bytes the host copy needed.
+        needed: u64,
+        /// The host limit, if any (none: the host itself refused).
+        limit: Option<u64>,
+    },
+    /// The host tier refused a copy for another reason.
+    #[error("host memory refused the copy: {0}")]
+    HostAlloc(#[source] crate::engine::AllocError),
+    /// The host side of the pool could not be set up.
+    #[error("host memory is unavailable: {0}")]
+    HostTier(#[source] PoolError),
+    /// The device refused a copy.
+    #[error("the copy between device and host memory failed: {0}")]
+    Copy(#[source] CaughtError),
+    /// Mapping or unmapping the block's pages failed.
+    #[error("{0}")]
+    Pages(#[source] crate::engine::EvictError),
+}
+
+crate::error_debug::debug_as_message!(
+    PoolError,
+    BindingError,
+    ReadWriteError,
+    MoveError,
+    ResidencyError
+);

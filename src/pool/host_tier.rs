@@ -27,15 +27,21 @@ pub(crate) struct HostTier {
 
 impl HostTier {
     /// A host tier for a pool on `device` configured by `config`. It keeps the pool's
-    /// placement policy but no cap (the cap is on device memory). Without
+    /// placement policy; its cap is `limit` (residency's host limit), not the device cap.
+    /// Without
     /// `MAPPABLE_PRIMARY_BUFFERS` every host block gets a buffer of its own, so that mapping
     /// one to read it never blocks GPU use of another.
-    pub fn new(device: &wgpu::Device, config: &Config, label: &str) -> Result<HostTier, PoolError> {
+    pub fn new(
+        device: &wgpu::Device,
+        config: &Config,
+        label: &str,
+        limit: Option<u64>,
+    ) -> Result<HostTier, PoolError> {
         let bindable = device
             .features()
             .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
         let mut host_config = config.clone();
-        host_config.memory_limit = None;
+        host_config.memory_limit = limit;
         host_config.per_process_memory_fraction = None;
         host_config.garbage_collection_threshold = None;
         if !bindable {

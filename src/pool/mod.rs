@@ -48,7 +48,12 @@ mod options;
 mod pool_shared;
 mod read_write;
 mod recordings;
+mod residence;
 mod residency;
+mod residency_api;
+mod residency_options;
+mod residency_plan;
+mod residents;
 mod reuse_cache;
 mod segment_buffers;
 mod stats;
@@ -65,10 +70,12 @@ pub use bind_group::PoolBindGroup;
 pub use binding::{BindingAccess, BlockBindings};
 pub use block::Block;
 pub use block_ref::BlockRef;
-pub use error::{BindingError, MoveError, PoolError, ReadWriteError};
+pub use error::{BindingError, MoveError, PoolError, ReadWriteError, ResidencyError};
 pub use host_tier::{BINDABLE_HOST_USAGE, STAGING_HOST_USAGE};
 pub use options::{DEFAULT_USAGE, FreeTiming, HeldLimitAction, PoolOptions};
 pub use residency::Residency;
+pub use residency_api::ResidencyStats;
+pub use residency_options::ResidencyOptions;
 pub use submissions::{Recording, mark_submitted};
 
 use crate::config::{Config, Overflow};
@@ -131,11 +138,22 @@ impl Pool {
 
     /// A pool on a [`GpuContext`], with the device memory size read from its adapter.
     pub fn from_context(gpu: &GpuContext, config: Config) -> Result<Pool, PoolError> {
-        let device_memory = gpu.memory_info().and_then(|info| info.device_local_bytes());
-        let options = PoolOptions {
-            device_memory,
-            ..PoolOptions::default()
-        };
+        Pool::from_context_with(gpu, config, PoolOptions::default())
+    }
+
+    /// A pool on a [`GpuContext`] with explicit [`PoolOptions`]: the device memory size, and
+    /// for residency the `VK_EXT_memory_budget` budget, are read from its adapter where the
+    /// options do not give them.
+    pub fn from_context_with(
+        gpu: &GpuContext,
+        config: Config,
+        mut options: PoolOptions,
+    ) -> Result<Pool, PoolError> {
+        let info = gpu.memory_info();
+        if options.device_memory.is_none() {
+            options.device_memory = info.as_ref().and_then(|info| info.device_local_bytes());
+        }
+        options.memory_budget = info.as_ref().and_then(|info| info.device_local_budget());
         Pool::with_options(gpu.device(), gpu.queue(), config, options)
     }
 
@@ -191,6 +209,18 @@ impl Pool {
                 engine.config().backend.name()
             );
         }
+        let mut engine = engine;
+        let residents = match &options.residency {
+            Some(residency) => Some(residents_for(
+                residency,
+                &options,
+                &memory,
+                &mut engine,
+                device_memory,
+                host_bindable,
+            )?),
+            None => None,
+        };
         memory.set_limit(engine.memory_cap());
         let submissions = DeviceSubmissions::for_device(device);
         memory.set_work_clock(WorkClock::new(
@@ -221,6 +251,7 @@ impl Pool {
                     held_warned: false,
                     host_overflows: 0,
                     labels: Default::default(),
+                    residents,
                 }),
                 reuse,
                 handles: AtomicUsize::new(1),
@@ -237,6 +268,7 @@ impl Pool {
                 referenced_bytes: AtomicU64::new(0),
                 recording: AtomicBool::new(false),
                 log_leaks: options.log_leaks,
+                use_clock: Default::default(),
             }),
         };
         pool.shared.submissions.register(&pool.shared);
@@ -336,6 +368,69 @@ impl std::fmt::Debug for Pool {
             .field("reserved_bytes", &stats.reserved_bytes.all.current)
             .finish()
     }
+}
+
+/// The residency manager of a new pool, its budget applied to the engine's cap; an error
+/// where the pool cannot keep residency.
+fn residents_for(
+    residency: &ResidencyOptions,
+    options: &PoolOptions,
+    memory: &backing::Backing,
+    engine: &mut Engine,
+    device_memory: Option<u64>,
+    host_bindable: bool,
+) -> Result<residents::Residents, PoolError> {
+    let unavailable = |reason: String| Err(PoolError::ResidencyUnavailable { reason });
+    if memory.mode() != MemoryMode::Pages {
+        return unavailable(
+            "the pool keeps fixed segments, and only a page-mapped pool can evict a block and \
+             keep its address; on this device move blocks with Pool::offload and Pool::prefetch \
+             (each move changes the block's generation)"
+                .to_string(),
+        );
+    }
+    if options.free_timing != FreeTiming::AfterSubmit {
+        return unavailable(
+            "residency needs FreeTiming::AfterSubmit, which tells which blocks recorded \
+             commands may still use"
+                .to_string(),
+        );
+    }
+    let copies = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    if !options.usage.contains(copies) {
+        return unavailable(format!(
+            "evicting and restoring copy blocks, so the pool's usages need COPY_SRC and \
+             COPY_DST (it has {:?})",
+            options.usage
+        ));
+    }
+    if !host_bindable {
+        return unavailable(
+            "evicted blocks are copied by DMA into host memory, which needs the device feature \
+             MAPPABLE_PRIMARY_BUFFERS"
+                .to_string(),
+        );
+    }
+    let budget = [
+        residency.device_budget,
+        engine.memory_cap(),
+        options.memory_budget,
+        device_memory,
+    ]
+    .into_iter()
+    .flatten()
+    .min();
+    let Some(budget) = budget else {
+        return unavailable(
+            "no device budget is known: give one with ResidencyOptions::with_device_budget"
+                .to_string(),
+        );
+    };
+    let budget = engine.limit_cap(budget);
+    let host_limit = residency
+        .host_limit
+        .or_else(residency_options::default_host_limit);
+    Ok(residents::Residents::new(budget, host_limit))
 }
 
 /// The binding limit and offset alignment of a usage set: the strictest among the binding

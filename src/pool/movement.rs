@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use super::block::{BlockParts, TRANSFERRED};
 use super::error::{MoveError, ReadWriteError};
-use super::pool_shared::{PoolShared, PoolState, free_to_engine};
+use super::pool_shared::{PoolShared, free_to_engine};
 use super::{Block, Pool, Residency};
 use crate::engine::AllocError;
 use crate::gpu::scope::catch;
@@ -22,6 +22,7 @@ impl Pool {
         if block.residency() == Residency::Host {
             return Ok(());
         }
+        let busy = self.busy(&[&*block])?;
         let mut state = self.shared.lock_flushed();
         let host = self
             .shared
@@ -36,6 +37,7 @@ impl Pool {
         }
         target.label = block.parts().label.clone();
         state.add_label(&target);
+        drop(busy);
         let old = block.relocate(target);
         drop(state);
         // The copy is submitted; later users of the device memory come after it in the queue.
@@ -54,31 +56,20 @@ impl Pool {
             return Ok(());
         }
         let mut state = self.shared.lock_flushed();
-        let allocation = {
-            let PoolState {
-                engine,
-                memory,
-                host,
-                held_bytes,
-                ..
-            } = &mut *state;
-            engine
-                .allocate(block.size(), 0, memory)
+        let mut target =
+            self.place_on_device(&mut state, block.size())
                 .map_err(|error| match error {
                     AllocError::OutOfMemory(mut oom) => {
-                        oom.host_overflow = host
+                        oom.host_overflow = state
+                            .host
                             .as_ref()
                             .map(|h| h.engine.memory_stats().allocated_bytes.all.current);
-                        oom.held_for_submission = (*held_bytes > 0).then_some(*held_bytes);
+                        oom.held_for_submission =
+                            (state.held_bytes > 0).then_some(state.held_bytes);
                         MoveError::Alloc(AllocError::OutOfMemory(oom))
                     }
                     other => MoveError::Alloc(other),
-                })?
-        };
-        let (buffer, wrapper, inherited) = state.memory.block_buffer(&allocation);
-        let mut target = BlockParts::new(allocation, buffer, Residency::Device);
-        target.wrapper = wrapper;
-        *target.inherited_work.get_mut() = inherited;
+                })?;
         let bindable = state.host.as_ref().is_some_and(|h| h.bindable);
         let copied = if bindable {
             self.dma(block.parts(), &target)

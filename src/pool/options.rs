@@ -1,5 +1,6 @@
 //! Settings of a pool beyond `WGPOOL_CONF`: [`PoolOptions`] and [`FreeTiming`].
 
+use super::residency_options::ResidencyOptions;
 use crate::gpu::sparse::ChunkPolicy;
 
 /// The default usages of pool segments.
@@ -97,6 +98,9 @@ pub struct PoolOptions {
     pub(crate) chunk_policy: ChunkPolicy,
     pub(crate) held_limit: Option<u64>,
     pub(crate) held_limit_action: HeldLimitAction,
+    pub(crate) residency: Option<ResidencyOptions>,
+    /// The device's `VK_EXT_memory_budget` budget, read by `Pool::from_context`.
+    pub(crate) memory_budget: Option<u64>,
 }
 
 impl Default for PoolOptions {
@@ -110,6 +114,8 @@ impl Default for PoolOptions {
             chunk_policy: ChunkPolicy::default(),
             held_limit: None,
             held_limit_action: HeldLimitAction::default(),
+            residency: None,
+            memory_budget: None,
         }
     }
 }
@@ -173,6 +179,37 @@ impl PoolOptions {
     pub fn with_held_limit_action(mut self, action: HeldLimitAction) -> Self {
         self.held_limit_action = action;
         self
+    }
+
+    /// Turns on residency: when the pool's blocks do not fit the device budget, it evicts
+    /// the least recently used ones to host memory and brings them back when they are used
+    /// (default off).
+    ///
+    /// Guarantees:
+    /// - an evicted block keeps its buffer and offset: bind groups that name it stay valid,
+    ///   and its next use (a binding or operand taken, a [`PoolBindGroup`](super::PoolBindGroup)
+    ///   recorded, [`Pool::read`](super::Pool::read) or [`Pool::write`](super::Pool::write),
+    ///   [`Pool::make_resident`](super::Pool::make_resident) or
+    ///   [`Pool::submit_using`](super::Pool::submit_using)) brings it back with its contents;
+    /// - a block is never evicted while pinned, while a recording not yet submitted may name
+    ///   it, or while the pool's own transfers use it;
+    /// - evicting fails with an error, and loses nothing, once the host limit is reached.
+    ///
+    /// Only blocks with a whole page of their own are evicted (smaller ones stay on the
+    /// device). Needs a page-mapped pool (pages mode), [`FreeTiming::AfterSubmit`], the
+    /// `COPY_SRC` and `COPY_DST` usages, and the device feature `MAPPABLE_PRIMARY_BUFFERS`;
+    /// elsewhere creating the pool fails with
+    /// [`PoolError::ResidencyUnavailable`](super::PoolError::ResidencyUnavailable). A wgpu
+    /// bind group built by hand from [`Block::binding`](super::Block::binding) and recorded
+    /// again later is not seen: list its blocks in `submit_using`.
+    pub fn with_residency(mut self, residency: ResidencyOptions) -> Self {
+        self.residency = Some(residency);
+        self
+    }
+
+    /// The residency options, if residency is on.
+    pub fn residency(&self) -> Option<&ResidencyOptions> {
+        self.residency.as_ref()
     }
 
     /// The held limit given, if any (`None`: the default).

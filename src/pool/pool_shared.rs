@@ -6,10 +6,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::Residency;
 use super::backing::Backing;
-use super::block::BlockParts;
+use super::block::{BlockParts, TRANSFERRED};
 use super::error::PoolError;
 use super::host_tier::HostTier;
 use super::options::{FreeTiming, HeldLimitAction};
+use super::residence::UseClock;
+use super::residents::{Residents, free_host};
 use super::reuse_cache::{self, CacheOwner, ReuseCache};
 use super::submissions::DeviceSubmissions;
 use crate::engine::{BlockId, Engine, SegmentId, SegmentKind};
@@ -47,6 +49,8 @@ pub(crate) struct PoolState {
     pub host_overflows: u64,
     /// Live labelled blocks (held ones included), by residency and engine id.
     pub labels: HashMap<(Residency, BlockId), LabelledBlock>,
+    /// The residency manager, in a pool with residency.
+    pub residents: Option<Residents>,
 }
 
 /// Where a live labelled block is.
@@ -110,6 +114,8 @@ pub(crate) struct PoolShared {
     pub recording: AtomicBool,
     /// Log the blocks still allocated when the last `Pool` handle drops.
     pub log_leaks: bool,
+    /// Ticks once per use of a block that residency tracks.
+    pub use_clock: UseClock,
 }
 
 impl PoolShared {
@@ -154,9 +160,10 @@ impl PoolShared {
             }
             return;
         }
-        if parts.residency == Residency::Host || parts.label.is_some() {
-            // Host blocks and labelled blocks return through the engine: the reuse cache
-            // serves device blocks without labels only.
+        if parts.residency == Residency::Host || parts.label.is_some() || parts.residence.is_some()
+        {
+            // Host blocks, labelled blocks and blocks residency tracks return through the
+            // engine: the reuse cache serves untracked device blocks without labels only.
             let mut state = shared.lock();
             free_to_engine(&mut state, *parts);
             return;
@@ -286,10 +293,12 @@ impl PoolShared {
     /// The host tier, made now if this is its first use.
     pub fn host_tier<'a>(&self, state: &'a mut PoolState) -> Result<&'a mut HostTier, PoolError> {
         if state.host.is_none() {
+            let limit = state.residents.as_ref().and_then(|r| r.host_limit);
             state.host = Some(HostTier::new(
                 &self.device,
                 state.engine.config(),
                 &self.label,
+                limit,
             )?);
         }
         Ok(state.host.as_mut().expect("just made"))
@@ -305,11 +314,20 @@ pub(crate) const MISSING_SUBMIT: &str = "Commands that use them were recorded on
      everything recorded so far is submitted.";
 
 /// Returns a block to the engine that handed it out.
-pub(crate) fn free_to_engine(state: &mut PoolState, parts: BlockParts) {
+pub(crate) fn free_to_engine(state: &mut PoolState, mut parts: BlockParts) {
     // A block is freed exactly once (when its handle is dropped or after a move), so its id
     // is live in the engine of its residency.
     if parts.label.is_some() {
         state.labels.remove(&(parts.residency, parts.id));
+    }
+    if let Some(residence) = parts.residence.take() {
+        if residence.moved.load(Ordering::Relaxed) {
+            // The pool's copies reached the block's bytes.
+            parts.gpu_work.fetch_or(TRANSFERRED, Ordering::Relaxed);
+        }
+        if let Some(copy) = state.residents.as_mut().and_then(|r| r.forget(parts.id)) {
+            free_host(state, copy);
+        }
     }
     let freed = match parts.residency {
         Residency::Device => {

@@ -22,7 +22,8 @@ impl Pool {
     /// [`ReadWriteError::BeyondBlock`] for more bytes than the block's `size()`,
     /// [`ReadWriteError::MissingUsage`] when the pool lacks `COPY_DST` (or `COPY_SRC`, which
     /// a short write of a length not a multiple of 4 needs), and
-    /// [`ReadWriteError::Transfer`] when wgpu refuses the copy.
+    /// [`ReadWriteError::Transfer`] when wgpu refuses the copy, and in a pool with residency
+    /// [`ReadWriteError::Residency`] when an evicted block cannot be brought back.
     pub fn write(&self, block: &Block, data: &[u8]) -> Result<(), ReadWriteError> {
         if !self.owns(block) {
             return Err(ReadWriteError::ForeignBlock);
@@ -34,6 +35,7 @@ impl Pool {
                 size: block.size(),
             });
         }
+        let _busy = self.busy(&[block])?;
         let (buffer, offset) = block.place();
         if !buffer.usage().contains(wgpu::BufferUsages::COPY_DST) {
             return Err(ReadWriteError::MissingUsage {
@@ -80,11 +82,13 @@ impl Pool {
     ///
     /// [`ReadWriteError::ForeignBlock`] for a block of another pool,
     /// [`ReadWriteError::MissingUsage`] when the pool's buffers lack `COPY_SRC` (a uniform
-    /// pool, say), and [`ReadWriteError::Transfer`] when wgpu refuses the copy or the map.
+    /// pool, say), [`ReadWriteError::Transfer`] when wgpu refuses the copy or the map, and
+    /// [`ReadWriteError::Residency`] as for [`write`](Pool::write).
     pub fn read(&self, block: &Block) -> Result<Vec<u8>, ReadWriteError> {
         if !self.owns(block) {
             return Err(ReadWriteError::ForeignBlock);
         }
+        let _busy = self.busy(&[block])?;
         let mut data = self.read_words(block, 0, block.bound_size())?;
         data.truncate(block.size() as usize);
         Ok(data)

@@ -62,7 +62,11 @@ pub(crate) struct ExposureSpan {
 /// The tickets open at one moment, sorted: enough to decide for blocks whose spans were set
 /// before it, since every recording opened later has a larger ticket than any such span.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct OpenTickets(Vec<u64>);
+pub(crate) struct OpenTickets {
+    open: Vec<u64>,
+    /// The first ticket not yet handed out at the snapshot.
+    next: u64,
+}
 
 /// A thread's open recording, cached per recording set.
 struct ThreadEntry {
@@ -124,13 +128,19 @@ impl ExposureSpan {
 }
 
 impl OpenTickets {
+    /// Whether recording `ticket` may still be open: it was open at the snapshot, or was
+    /// handed out after it.
+    pub fn may_be_open(&self, ticket: u64) -> bool {
+        ticket >= self.next || self.open.binary_search(&ticket).is_ok()
+    }
+
     /// Whether a recording open at the snapshot may name a block with this span.
     pub fn may_name(&self, span: &ExposureSpan) -> bool {
         let Some((lo, hi)) = span.bounds() else {
             return false;
         };
-        let first = self.0.partition_point(|&ticket| ticket < lo);
-        self.0.get(first).is_some_and(|&ticket| ticket <= hi)
+        let first = self.open.partition_point(|&ticket| ticket < lo);
+        self.open.get(first).is_some_and(|&ticket| ticket <= hi)
     }
 }
 
@@ -241,7 +251,12 @@ impl Recordings {
 
     /// The tickets open now.
     pub fn open_tickets(&self) -> OpenTickets {
-        OpenTickets(self.inner.lock().iter().copied().collect())
+        let open = self.inner.lock();
+        // Tickets are handed out under this lock, so the two agree.
+        OpenTickets {
+            open: open.iter().copied().collect(),
+            next: self.inner.next_ticket.load(Ordering::SeqCst),
+        }
     }
 
     /// Recordings open now.

@@ -88,6 +88,9 @@ impl Pool {
         let mut state = self.shared.lock_flushed();
         state.engine.reset_accumulated_stats();
         state.host_overflows = 0;
+        if let Some(residents) = &mut state.residents {
+            residents.reset_counters();
+        }
         if let Some(host) = &mut state.host {
             host.engine.reset_accumulated_stats();
         }
@@ -95,7 +98,8 @@ impl Pool {
 
     /// The statistics as a text table.
     ///
-    /// Lines follow for blocks held back until a submission point and for host overflows,
+    /// Lines follow for blocks held back until a submission point, for residency (the
+    /// budget, resident and evicted bytes, moves) and for host overflows,
     /// and, with host memory in use, a second table for the host-resident blocks.
     pub fn memory_summary(&self) -> String {
         let state = self.shared.lock_flushed();
@@ -129,6 +133,22 @@ impl Pool {
                 bytes(referenced)
             ));
         }
+        if let Some(residents) = &state.residents {
+            let r = residents.stats();
+            out.push_str(&format!(
+                "residency: budget {}; {} resident and {} evicted of {}; {} ({}) and {} \
+                 ({}) since the last reset, {:.3} s moving\n",
+                bytes(r.budget_bytes),
+                bytes(r.resident_bytes),
+                bytes(r.evicted_bytes),
+                count(r.tracked_blocks, "tracked block", "tracked blocks"),
+                count(r.evictions, "eviction", "evictions"),
+                bytes(r.evicted_bytes_total),
+                count(r.restores, "restore", "restores"),
+                bytes(r.restored_bytes_total),
+                r.move_time.as_secs_f64(),
+            ));
+        }
         if state.host_overflows > 0 {
             out.push_str(&format!(
                 "{} served from host memory (overflow:host)\n",
@@ -147,7 +167,7 @@ impl Pool {
             }
         }
         if let Some(host) = &state.host {
-            out.push_str("host-resident memory (overflow and offloaded blocks):\n");
+            out.push_str("host-resident memory (overflow, offloaded and evicted blocks):\n");
             out.push_str(&host.engine.memory_summary());
         }
         out

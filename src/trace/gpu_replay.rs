@@ -184,7 +184,7 @@ pub struct GpuReplayReport {
     pub num_ooms: u64,
     /// Wall time of the first replay, pool creation included.
     pub wall_time_s: f64,
-    /// The first run's [`GpuReplayRun::pool_ns_per_op`]: the pool's time per operation
+    /// The first run's pool time per operation: the pool's time per operation
     /// outside driver calls and GPU waits.
     pub pool_ns_per_op: f64,
     /// The same (scaled) trace replayed through the engine alone in the same process, with

@@ -1,0 +1,390 @@
+//! The residency manager of a page-mapped pool: which tracked blocks are on the device, and
+//! moving them out and back.
+//!
+//! Evicting a block copies its whole interior pages into a host block of the pool's host
+//! tier (through the block's own wrapper, so that wgpu orders the copy after the
+//! application's work on the block), then unmaps them; the unbind waits on the GPU for
+//! everything submitted before it, the copy included. Restoring maps fresh pages at the same
+//! offsets, copies the contents back, and frees the host block. The block keeps its buffer
+//! and offset throughout: bind groups that name it stay valid.
+//!
+//! Everything here runs under the pool's lock; see [`Residence`] for how uses that do not
+//! take it meet an eviction.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::block::BlockParts;
+use super::error::ResidencyError;
+use super::pool_shared::{PoolShared, PoolState};
+use super::residence::Residence;
+use super::residency_plan::{Candidate, Hold, choose_victims};
+use super::{Residency, ResidencyStats};
+use crate::engine::{AllocError, BlockId, EvictError, RoomShortfall};
+use crate::gpu::scope::catch;
+
+/// The tracked blocks of a pool with residency, and its budgets.
+pub(crate) struct Residents {
+    /// The device budget: the engine's cap was lowered to it.
+    pub budget: u64,
+    /// The host limit (the host tier's cap), if any.
+    pub host_limit: Option<u64>,
+    entries: HashMap<BlockId, Entry>,
+    counters: Counters,
+}
+
+struct Entry {
+    residence: Arc<Residence>,
+    /// The host copy of an evicted block.
+    host: Option<BlockParts>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    evictions: u64,
+    evicted_total: u64,
+    restores: u64,
+    restored_total: u64,
+    move_time: Duration,
+}
+
+/// Why room could not be made.
+pub(crate) enum RoomError {
+    /// Every block that may go would not free enough.
+    Short(RoomShortfall),
+    /// Evicting failed: host memory, the copy, or the unmap.
+    Failed(ResidencyError),
+}
+
+impl Residents {
+    /// A manager with no block, under `budget` on the device and `host_limit` on the host.
+    pub fn new(budget: u64, host_limit: Option<u64>) -> Residents {
+        Residents {
+            budget,
+            host_limit,
+            entries: HashMap::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Starts tracking a block just placed, if it has whole pages inside: `parts` gets its
+    /// [`Residence`].
+    pub fn track(&mut self, parts: &mut BlockParts, run: std::ops::Range<u64>, now: u64) {
+        let residence = Arc::new(Residence::new(parts.id, parts.buffer.clone(), run, now));
+        self.entries.insert(
+            parts.id,
+            Entry {
+                residence: residence.clone(),
+                host: None,
+            },
+        );
+        parts.residence = Some(residence);
+    }
+
+    /// Stops tracking a block being freed, returning its host copy (if it was evicted) for
+    /// the caller to free.
+    pub fn forget(&mut self, id: BlockId) -> Option<BlockParts> {
+        self.entries.remove(&id).and_then(|entry| entry.host)
+    }
+
+    /// The figures of [`Pool::residency_stats`](super::Pool::residency_stats).
+    pub fn stats(&self) -> ResidencyStats {
+        let mut stats = ResidencyStats {
+            budget_bytes: self.budget,
+            host_limit_bytes: self.host_limit,
+            tracked_blocks: self.entries.len() as u64,
+            evictions: self.counters.evictions,
+            evicted_bytes_total: self.counters.evicted_total,
+            restores: self.counters.restores,
+            restored_bytes_total: self.counters.restored_total,
+            move_time: self.counters.move_time,
+            ..ResidencyStats::default()
+        };
+        for entry in self.entries.values() {
+            let bytes = entry.residence.bytes();
+            if entry.host.is_some() {
+                stats.evicted_blocks += 1;
+                stats.evicted_bytes += bytes;
+            } else {
+                stats.resident_bytes += bytes;
+            }
+            if entry.residence.pins.load(Ordering::Relaxed) > 0 {
+                stats.pinned_blocks += 1;
+            }
+        }
+        stats
+    }
+
+    /// Zeroes the counters of moves.
+    pub fn reset_counters(&mut self) {
+        self.counters = Counters::default();
+    }
+}
+
+impl PoolShared {
+    /// Evicts tracked blocks, least recently used first, until `needed` device bytes came
+    /// free, never one in `keep`, pinned, or in use (see [`Residence`]). Returns the bytes
+    /// freed, which may fall short when a block chosen became in use meanwhile.
+    pub(crate) fn make_room(
+        &self,
+        state: &mut PoolState,
+        needed: u64,
+        keep: &[BlockId],
+    ) -> Result<u64, RoomError> {
+        let Some(residents) = &state.residents else {
+            return Err(RoomError::Short(RoomShortfall {
+                needed,
+                ..RoomShortfall::default()
+            }));
+        };
+        let open = self.submissions.recordings.open_tickets();
+        let mut ids = Vec::with_capacity(residents.entries.len());
+        let mut candidates = Vec::with_capacity(residents.entries.len());
+        for (id, entry) in &residents.entries {
+            if entry.host.is_some() {
+                continue;
+            }
+            let residence = &entry.residence;
+            let hold = if residence.pins.load(Ordering::SeqCst) > 0 {
+                Hold::Pinned
+            } else if residence.busy.load(Ordering::SeqCst) > 0 || residence.tickets.any_open(&open)
+            {
+                Hold::InUse
+            } else if keep.contains(id) {
+                Hold::Kept
+            } else {
+                Hold::None
+            };
+            candidates.push(Candidate {
+                key: ids.len() as u64,
+                bytes: residence.bytes(),
+                last_use: residence.last_use.load(Ordering::Relaxed),
+                hold,
+            });
+            ids.push(*id);
+        }
+        let victims = choose_victims(&mut candidates, needed).map_err(|short| {
+            RoomError::Short(RoomShortfall {
+                needed: short.needed,
+                evictable: short.evictable,
+                pinned: short.pinned,
+                in_use: short.in_use,
+                kept: short.kept,
+                host_full: None,
+            })
+        })?;
+        let mut freed = 0;
+        for key in victims {
+            freed += self
+                .evict_tracked(state, ids[key as usize])
+                .map_err(RoomError::Failed)?;
+        }
+        if freed == 0 {
+            // Every block chosen came into use meanwhile.
+            return Err(RoomError::Short(RoomShortfall {
+                needed,
+                ..RoomShortfall::default()
+            }));
+        }
+        Ok(freed)
+    }
+
+    /// Evicts tracked block `id` if nothing uses it (see [`Residence`]); returns the device
+    /// bytes given back (0 when it was left alone or evicted already). On error the block
+    /// is unchanged and on the device.
+    pub(crate) fn evict_tracked(
+        &self,
+        state: &mut PoolState,
+        id: BlockId,
+    ) -> Result<u64, ResidencyError> {
+        let start = Instant::now();
+        let Some(entry) = state.residents.as_ref().and_then(|r| r.entries.get(&id)) else {
+            return Ok(0);
+        };
+        if entry.host.is_some() {
+            return Ok(0);
+        }
+        let residence = entry.residence.clone();
+        residence.evicting.store(true, Ordering::SeqCst);
+        if residence.held()
+            || residence
+                .tickets
+                .any_open(&self.submissions.recordings.open_tickets())
+        {
+            residence.evicting.store(false, Ordering::SeqCst);
+            return Ok(0);
+        }
+        let host = match self.host_copy_of(state, &residence) {
+            Ok(host) => host,
+            Err(error) => {
+                residence.evicting.store(false, Ordering::SeqCst);
+                return Err(error);
+            }
+        };
+        // The copy is submitted: the unbind below waits, on the GPU, for everything
+        // submitted so far. Ticking the work clock makes it signal anew.
+        self.submissions.points.fetch_add(1, Ordering::SeqCst);
+        let bytes = match state.engine.evict(id, &mut state.memory) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                free_host(state, host);
+                residence.evicting.store(false, Ordering::SeqCst);
+                return Err(ResidencyError::Pages(error));
+            }
+        };
+        residence.moved.store(true, Ordering::Relaxed);
+        let residents = state.residents.as_mut().expect("checked above");
+        let entry = residents.entries.get_mut(&id).expect("checked above");
+        entry.host = Some(host);
+        residents.counters.evictions += 1;
+        residents.counters.evicted_total += bytes;
+        residents.counters.move_time += start.elapsed();
+        Ok(bytes)
+    }
+
+    /// A host block holding a copy of the block's interior, the copy submitted.
+    fn host_copy_of(
+        &self,
+        state: &mut PoolState,
+        residence: &Residence,
+    ) -> Result<BlockParts, ResidencyError> {
+        let bytes = residence.bytes();
+        let host = self.host_tier(state).map_err(ResidencyError::HostTier)?;
+        let allocation = match host.engine.allocate(bytes, 0, &mut host.segments) {
+            Ok(allocation) => allocation,
+            Err(AllocError::OutOfMemory(oom)) => {
+                return Err(ResidencyError::HostLimit {
+                    needed: bytes,
+                    limit: oom.cap,
+                });
+            }
+            Err(error) => return Err(ResidencyError::HostAlloc(error)),
+        };
+        let buffer = host.segments.buffer(allocation.segment).clone();
+        let copy = BlockParts::new(allocation, buffer, Residency::Host);
+        let copied = self.copy(
+            &residence.buffer,
+            residence.run.start,
+            &copy.buffer,
+            copy.offset,
+            bytes,
+        );
+        if let Err(error) = copied {
+            free_host(state, copy);
+            return Err(error);
+        }
+        Ok(copy)
+    }
+
+    /// Brings evicted block `id` back: maps its pages (evicting others, never one in
+    /// `keep`, when the budget has no room), copies its contents back and frees the host
+    /// copy. Returns the bytes restored (0 for a block on the device or not tracked).
+    pub(crate) fn restore_tracked(
+        &self,
+        state: &mut PoolState,
+        id: BlockId,
+        keep: &[BlockId],
+    ) -> Result<u64, ResidencyError> {
+        let start = Instant::now();
+        let Some(entry) = state.residents.as_ref().and_then(|r| r.entries.get(&id)) else {
+            return Ok(0);
+        };
+        if entry.host.is_none() {
+            return Ok(0);
+        }
+        let residence = entry.residence.clone();
+        // Evictions made for room count their own time.
+        let moved_before = state
+            .residents
+            .as_ref()
+            .map_or(Duration::ZERO, |r| r.counters.move_time);
+        let mut keep_too = keep.to_vec();
+        keep_too.push(id);
+        let mut attempts = 0;
+        loop {
+            match state.engine.restore(id, &mut state.memory) {
+                Ok(_) => break,
+                Err(EvictError::NoRoom { bytes, .. }) if attempts < 4 => {
+                    attempts += 1;
+                    // Ask for a little more each time: the cap counts pages a block shares.
+                    let needed = bytes << (attempts - 1);
+                    match self.make_room(state, needed, &keep_too) {
+                        Ok(_) => {}
+                        Err(RoomError::Short(short)) => {
+                            return Err(ResidencyError::NoRoom {
+                                budget: state.residents.as_ref().map_or(0, |r| r.budget),
+                                shortfall: short,
+                            });
+                        }
+                        Err(RoomError::Failed(error)) => return Err(error),
+                    }
+                }
+                Err(EvictError::NoRoom { bytes, .. }) => {
+                    return Err(ResidencyError::NoRoom {
+                        budget: state.residents.as_ref().map_or(0, |r| r.budget),
+                        shortfall: RoomShortfall {
+                            needed: bytes,
+                            ..RoomShortfall::default()
+                        },
+                    });
+                }
+                Err(error) => return Err(ResidencyError::Pages(error)),
+            }
+        }
+        let residents = state.residents.as_mut().expect("checked above");
+        let entry = residents.entries.get_mut(&id).expect("checked above");
+        let host = entry.host.take().expect("checked above");
+        let bytes = residence.bytes();
+        if let Err(error) = self.copy(
+            &host.buffer,
+            host.offset,
+            &residence.buffer,
+            residence.run.start,
+            bytes,
+        ) {
+            // Unmap the fresh pages again: the block stays evicted, its copy kept.
+            let _ = state.engine.evict(id, &mut state.memory);
+            let residents = state.residents.as_mut().expect("checked above");
+            residents.entries.get_mut(&id).expect("checked above").host = Some(host);
+            return Err(error);
+        }
+        free_host(state, host);
+        residence.evicting.store(false, Ordering::SeqCst);
+        let residents = state.residents.as_mut().expect("checked above");
+        residents.counters.restores += 1;
+        residents.counters.restored_total += bytes;
+        let nested = residents.counters.move_time.saturating_sub(moved_before);
+        residents.counters.move_time += start.elapsed().saturating_sub(nested);
+        Ok(bytes)
+    }
+
+    /// Copies `bytes` from `from` at `from_offset` to `to` at `to_offset`, submitted now.
+    fn copy(
+        &self,
+        from: &wgpu::Buffer,
+        from_offset: u64,
+        to: &wgpu::Buffer,
+        to_offset: u64,
+        bytes: u64,
+    ) -> Result<(), ResidencyError> {
+        let PoolShared { device, queue, .. } = self;
+        catch(device, || {
+            let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("wgpool residency"),
+            });
+            encoder.copy_buffer_to_buffer(from, from_offset, to, to_offset, bytes);
+            queue.submit([encoder.finish()]);
+        })
+        .map_err(ResidencyError::Copy)
+    }
+}
+
+/// Frees a host copy to the host tier.
+pub(crate) fn free_host(state: &mut PoolState, copy: BlockParts) {
+    if let Some(host) = state.host.as_mut() {
+        let freed = host.engine.free(copy.id, &mut host.segments);
+        debug_assert!(freed.is_ok(), "{freed:?}");
+    }
+}
