@@ -11,20 +11,30 @@
 //!
 //! ```text
 //! cargo run --release --example oversubscribe -- [--layers N] [--width N] [--batch N]
-//!     [--passes N] [--budget-mb N] [--json]
+//!     [--passes N] [--budget-mb N] [--json] [--plot FILE] [--snapshot FILE]
 //! ```
 //!
-//! With `--json` it prints one object (see the README's "Residency"). It exits with 1 when
+//! With `--json` it prints one object (see the README's "Residency"). `--plot` draws the
+//! weights pool's memory over its events as SVG (mapped pages and the bytes evicted to host
+//! memory), `--snapshot` writes its history as a PyTorch memory snapshot pickle, where
+//! evictions and restores are `segment_unmap` / `segment_map` events whose frame names
+//! them. It exits with 1 when
 //! the result is wrong, and with 2 on an error (a device that cannot map pages, say).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use wgpool::config::Config;
 use wgpool::gpu::{GpuContext, HeadlessOptions};
+use wgpool::history::{Timeline, write_torch_snapshot};
+use wgpool::plot::{MemoryCurves, render_memory_svg};
 use wgpool::pool::{
     BindingAccess, Block, BlockBindings, Pool, PoolBindGroup, PoolOptions, ResidencyOptions,
 };
+
+/// Events the weights pool's history keeps with `--plot` or `--snapshot`.
+const HISTORY_EVENTS: usize = 1 << 20;
 
 const LAYER_KERNEL: &str = "
 struct Dims { batch: u32, width: u32, relu: u32, pad: u32 }
@@ -62,6 +72,8 @@ struct Args {
     passes: usize,
     budget: Option<u64>,
     json: bool,
+    plot: Option<PathBuf>,
+    snapshot: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -72,6 +84,8 @@ fn parse_args() -> Result<Args, String> {
         passes: 2,
         budget: None,
         json: false,
+        plot: None,
+        snapshot: None,
     };
     let mut words = std::env::args().skip(1);
     while let Some(word) = words.next() {
@@ -92,10 +106,21 @@ fn parse_args() -> Result<Args, String> {
             "--passes" => args.passes = number("--passes")? as usize,
             "--budget-mb" => args.budget = Some(number("--budget-mb")? << 20),
             "--json" => args.json = true,
+            "--plot" | "--snapshot" => {
+                let path = words
+                    .next()
+                    .map(PathBuf::from)
+                    .ok_or_else(|| format!("{word} needs a file name"))?;
+                if word == "--plot" {
+                    args.plot = Some(path);
+                } else {
+                    args.snapshot = Some(path);
+                }
+            }
             other => {
                 return Err(format!(
                     "unknown argument {other:?}; expected --layers, --width, --batch, --passes, \
-                     --budget-mb or --json"
+                     --budget-mb, --json, --plot FILE or --snapshot FILE"
                 ));
             }
         }
@@ -178,6 +203,9 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
             .with_label("weights")
             .with_residency(ResidencyOptions::new().with_device_budget(budget)),
     )?;
+    if args.plot.is_some() || args.snapshot.is_some() {
+        weights.record_history(Some(HISTORY_EVENTS));
+    }
     let activations = Pool::with_options(
         gpu.device(),
         gpu.queue(),
@@ -301,6 +329,28 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let stats = weights
         .residency_stats()
         .ok_or("the weights pool has no residency")?;
+    if let Some(path) = &args.snapshot {
+        let snapshot = weights
+            .torch_snapshot()
+            .ok_or("the weights pool has no history")?;
+        write_torch_snapshot(path, &snapshot)?;
+    }
+    if let Some(path) = &args.plot {
+        let history = weights.history().ok_or("the weights pool has no history")?;
+        let timeline = Timeline::of(&history, 2000);
+        let svg = render_memory_svg(&MemoryCurves {
+            title: format!(
+                "oversubscribe: {layers_n} layers, {:.1} MiB of weights, budget {:.1} MiB",
+                weights_bytes as f64 / (1 << 20) as f64,
+                stats.budget_bytes as f64 / (1 << 20) as f64
+            ),
+            x_desc: "event",
+            samples: &timeline.samples,
+            ops: timeline.events,
+            peak_reserved: timeline.peak_reserved,
+        })?;
+        std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
     if args.json {
         let info = gpu.info();
         let report = serde_json::json!({

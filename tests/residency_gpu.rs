@@ -13,9 +13,11 @@ use std::sync::Arc;
 use common::{gpu, pattern_bytes};
 use wgpool::config::Config;
 use wgpool::engine::AllocError;
-use wgpool::kernels::{Dtype, KernelCall, Kernels};
+use wgpool::history::{Action, EVICTED, RESTORED, Timeline};
+use wgpool::kernels::{Dtype, KernelCall, KernelError, Kernels};
 use wgpool::pool::{
-    Block, MemoryMode, Pool, PoolError, PoolOptions, ResidencyError, ResidencyOptions,
+    BindingError, Block, BlockBindings, MemoryMode, Pool, PoolError, PoolOptions, ResidencyError,
+    ResidencyOptions,
 };
 
 const MIB: u64 = 1 << 20;
@@ -317,6 +319,121 @@ fn four_threads_keep_their_data_over_a_thousand_evict_and_restore_cycles() {
     assert!(stats.restores >= 1000, "{stats:?}");
     assert!(stats.evictions >= 1000, "{stats:?}");
     assert!(pool.max_memory_reserved() <= budget);
+}
+
+#[test]
+fn evictions_and_restores_show_in_the_history_snapshot_and_timeline() {
+    let pool = pool_with(4 * BLOCK + MIB, None);
+    pool.record_history(Some(10_000));
+    let kernels = Kernels::new(pool.device(), pool.queue());
+    let blocks: Vec<Block> = (0..4)
+        .map(|i| {
+            let block = pool.alloc(BLOCK).unwrap();
+            fill(&pool, &kernels, &block, i);
+            block
+        })
+        .collect();
+    let evicted = pool.evict(&blocks[1]).unwrap();
+    let timeline = Timeline::of(&pool.history().unwrap(), 1000);
+    assert_eq!(timeline.samples.last().unwrap().evicted, evicted);
+    pool.make_resident(&[&blocks[1]]).unwrap();
+    let history = pool.history().unwrap();
+    let labels = |action: Action, label: &str| {
+        history
+            .events()
+            .filter(|e| e.action == action && e.label.as_deref() == Some(label))
+            .map(|e| e.size)
+            .sum::<u64>()
+    };
+    assert_eq!(labels(Action::SegmentUnmap, EVICTED), evicted);
+    assert_eq!(labels(Action::SegmentMap, RESTORED), evicted);
+    let timeline = Timeline::of(&history, 1000);
+    assert_eq!(timeline.samples.last().unwrap().evicted, 0);
+    assert!(timeline.samples.iter().any(|s| s.evicted == evicted));
+    // The snapshot names the moves in the events' frames, as PyTorch's viewer shows them.
+    let snapshot = pool.torch_snapshot().unwrap();
+    let named: Vec<&str> = snapshot
+        .device_traces
+        .iter()
+        .flatten()
+        .filter_map(|entry| entry.frames.first().map(|f| f.filename.as_str()))
+        .collect();
+    assert!(
+        named.contains(&EVICTED) && named.contains(&RESTORED),
+        "{named:?}"
+    );
+    for (i, block) in blocks.iter().enumerate() {
+        assert_pattern(&pool, block, i as u32, &format!("block {i}"));
+    }
+}
+
+/// Segment mode's stale-handle checks: a block moved by `offload` / `prefetch` changes buffer,
+/// and what was built on its old place is refused, never recorded against memory that no
+/// longer holds the block.
+#[test]
+fn bind_groups_and_kernels_built_before_a_move_are_refused_in_segments_mode() {
+    let ctx = gpu();
+    let pool = Pool::new(
+        ctx.device(),
+        ctx.queue(),
+        Config::parse("expandable_segments:False").unwrap(),
+    )
+    .unwrap();
+    assert_eq!(pool.memory_mode(), MemoryMode::Segments);
+    let kernels = Kernels::new(pool.device(), pool.queue());
+    let mut block = pool.alloc(64 << 10).unwrap();
+    fill(&pool, &kernels, &block, 7);
+    let bindings = BlockBindings::new().read_write(0, &block);
+    let layout = bindings
+        .create_layout(pool.device(), wgpu::ShaderStages::COMPUTE)
+        .unwrap();
+    let group = bindings.create_bind_group(pool.device(), &layout).unwrap();
+    let prepared = kernels
+        .prepare(&KernelCall::fill_pattern(block.operand(), 9))
+        .unwrap();
+    pool.mark_submitted();
+    assert!(!group.is_stale() && !prepared.is_stale());
+    assert!(group.try_bind_group().is_ok());
+    pool.mark_submitted();
+
+    pool.offload(&mut block).unwrap();
+    assert_eq!(block.generation(), 1);
+    assert!(
+        group.is_stale(),
+        "the group binds the device place the block left"
+    );
+    let error = group.try_bind_group().unwrap_err();
+    assert!(
+        matches!(error, BindingError::Stale { generation: 0 }),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("build the bind group again"),
+        "{error}"
+    );
+    let error = kernels.submit(&prepared).unwrap_err();
+    assert!(matches!(error, KernelError::Stale), "{error}");
+    // Nothing ran: the block still holds its contents, at its new place.
+    assert_pattern(&pool, &block, 7, "after the refused kernel");
+
+    // Built again from the block, at its current place, they work.
+    let fresh = BlockBindings::new()
+        .read_write(0, &block)
+        .create_bind_group(pool.device(), &layout)
+        .unwrap();
+    assert!(!fresh.is_stale());
+    kernels
+        .submit(
+            &kernels
+                .prepare(&KernelCall::fill_pattern(block.operand(), 11))
+                .unwrap(),
+        )
+        .unwrap();
+    pool.mark_submitted();
+    pool.prefetch(&mut block).unwrap();
+    assert_eq!(block.generation(), 2);
+    assert!(fresh.is_stale(), "the host place is left too");
+    assert_pattern(&pool, &block, 11, "after the round trip");
 }
 
 #[test]

@@ -162,6 +162,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         );
         let curves = MemoryCurves {
             title,
+            x_desc: "operation",
             samples: recorder.samples(),
             ops: recorder.ops(),
             peak_reserved: recorder.peak_reserved(),

@@ -72,6 +72,8 @@ impl EngineState {
         // The statistics of a free, then the layout: the block is cut where the run starts
         // and ends, each end merged as a freed block, the run as unmapped space.
         self.count_free(index);
+        let kind = self.blocks[index as usize].pool;
+        self.stats.evicted_bytes.decrease(kind, run.end - run.start);
         self.links.set_allocated(index, false);
         let mut middle = index;
         let mut head = None;
@@ -159,6 +161,8 @@ impl Engine {
         stats.bind_calls += 1;
         state.stats.num_device_free += 1;
         state.stats.reserved_bytes.decrease(kind, bytes);
+        state.stats.evicted_bytes.increase(kind, bytes);
+        state.stats.num_evictions += 1;
         state.release_held(source);
         Ok(bytes)
     }
@@ -231,6 +235,8 @@ impl Engine {
         stats.bind_calls += 1;
         state.stats.num_device_alloc += 1;
         state.stats.reserved_bytes.increase(kind, bytes);
+        state.stats.evicted_bytes.decrease(kind, bytes);
+        state.stats.num_restores += 1;
         state.note_physical();
         Ok(bytes)
     }
@@ -272,6 +278,10 @@ mod tests {
         assert_eq!(reserved(&engine), before - interior);
         assert_eq!(engine.memory_stats().allocated_bytes.all.current, allocated);
         assert_eq!(device.mapped_bytes, before - interior);
+        let stats = engine.memory_stats();
+        assert_eq!(stats.evicted_bytes.all.current, interior);
+        assert_eq!(stats.evicted_bytes.large_pool.current, interior);
+        assert_eq!(stats.num_evictions, 1);
         engine.check_invariants().unwrap();
         // Twice is nothing.
         assert_eq!(engine.evict(a.block, &mut device), Ok(0));
@@ -279,6 +289,19 @@ mod tests {
         assert!(!engine.is_evicted(a.block));
         assert_eq!(reserved(&engine), before);
         assert_eq!(engine.restore(a.block, &mut device), Ok(0));
+        let stats = engine.memory_stats();
+        assert_eq!(stats.evicted_bytes.all.current, 0);
+        assert_eq!(stats.evicted_bytes.all.peak, interior);
+        assert_eq!((stats.num_evictions, stats.num_restores), (1, 1));
+        let map = stats.to_map();
+        assert_eq!(map["evicted_bytes.all.allocated"], interior);
+        assert_eq!(map["num_restores"], 1);
+        let torch = engine.pytorch_memory_stats();
+        assert!(
+            !torch
+                .keys()
+                .any(|k| k.contains("evict") || k.contains("restore"))
+        );
         engine.check_invariants().unwrap();
         engine.free(a.block, &mut device).unwrap();
         engine.empty_cache(&mut device);
@@ -296,6 +319,8 @@ mod tests {
         let before = reserved(&engine);
         engine.free(a.block, &mut device).unwrap();
         engine.check_invariants().unwrap();
+        assert_eq!(engine.memory_stats().evicted_bytes.all.current, 0);
+        assert_eq!(engine.memory_stats().evicted_bytes.all.freed, interior);
         assert_eq!(
             reserved(&engine),
             before,

@@ -106,6 +106,11 @@ impl StatArray {
 ///   deferred stream frees).
 /// - `inactive_split`, `inactive_split_bytes`: free blocks inside partly used segments,
 ///   memory that `empty_cache` cannot release.
+///
+/// Beyond PyTorch's keys (left out of [`to_pytorch_map`](MemoryStats::to_pytorch_map)), for
+/// residency in pages mode: `evicted_bytes` (pages of live blocks evicted to host memory:
+/// `current` held there now, `allocated` evicted in total, `freed` restored or dropped with
+/// their block), `num_evictions` and `num_restores`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryStats {
     /// Number of live blocks.
@@ -141,7 +146,17 @@ pub struct MemoryStats {
     /// Times every cached segment was released at once (`empty_cache`, and the retry of an
     /// allocation that missed): PyTorch synchronizes all streams each time.
     pub num_sync_all_streams: u64,
+    /// Bytes of live blocks' pages evicted (not a PyTorch key): unmapped on the device, their
+    /// contents in host memory. `reserved_bytes` does not count them.
+    pub evicted_bytes: StatArray,
+    /// Blocks evicted (not a PyTorch key).
+    pub num_evictions: u64,
+    /// Evicted blocks restored (not a PyTorch key).
+    pub num_restores: u64,
 }
+
+/// The keys of [`MemoryStats::to_map`] that PyTorch's dictionary does not have.
+const WGPOOL_ONLY: [&str; 3] = ["evicted_bytes.", "num_evictions", "num_restores"];
 
 impl MemoryStats {
     fn arrays(&self) -> [(&'static str, &StatArray); 9] {
@@ -189,11 +204,22 @@ impl MemoryStats {
         }
         put("oversize_allocations".into(), &self.oversize_allocations);
         put("oversize_segments".into(), &self.oversize_segments);
+        put("evicted_bytes.all".into(), &self.evicted_bytes.all);
+        put(
+            "evicted_bytes.small_pool".into(),
+            &self.evicted_bytes.small_pool,
+        );
+        put(
+            "evicted_bytes.large_pool".into(),
+            &self.evicted_bytes.large_pool,
+        );
         map.insert("num_alloc_retries".into(), self.num_alloc_retries);
         map.insert("num_ooms".into(), self.num_ooms);
         map.insert("num_device_alloc".into(), self.num_device_alloc);
         map.insert("num_device_free".into(), self.num_device_free);
         map.insert("num_sync_all_streams".into(), self.num_sync_all_streams);
+        map.insert("num_evictions".into(), self.num_evictions);
+        map.insert("num_restores".into(), self.num_restores);
         map
     }
 
@@ -205,6 +231,7 @@ impl MemoryStats {
         let mut map: BTreeMap<String, i64> = self
             .to_map()
             .into_iter()
+            .filter(|(key, _)| !WGPOOL_ONLY.iter().any(|only| key.starts_with(only)))
             .map(|(key, value)| (key, i64::try_from(value).unwrap_or(i64::MAX)))
             .collect();
         let max_split = max_split_size.map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX));
@@ -221,6 +248,9 @@ impl MemoryStats {
         }
         self.oversize_allocations.reset_peak();
         self.oversize_segments.reset_peak();
+        for stat in self.evicted_bytes.each_mut() {
+            stat.reset_peak();
+        }
     }
 
     /// Zeroes every accumulated total and counter (PyTorch's
@@ -238,6 +268,11 @@ impl MemoryStats {
         self.num_device_alloc = 0;
         self.num_device_free = 0;
         self.num_sync_all_streams = 0;
+        for stat in self.evicted_bytes.each_mut() {
+            stat.reset_accumulated();
+        }
+        self.num_evictions = 0;
+        self.num_restores = 0;
     }
 
     /// The current values only, for comparing against a recount.

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 use super::{Action, Event, History, SegmentPlacement, TorchSnapshot};
 use crate::engine::{Allocation, SegmentId, SegmentSnapshot};
@@ -18,6 +19,9 @@ pub struct EventLog {
     history: History,
     addresses: HashMap<SegmentId, (u64, u32)>,
     next_address: u64,
+    /// The label page events of one action get while it is set (see
+    /// [`EventLog::set_page_label`]).
+    page_label: Option<(Action, Arc<str>)>,
 }
 
 impl EventLog {
@@ -27,6 +31,7 @@ impl EventLog {
             history: History::with_capacity(capacity),
             addresses: HashMap::new(),
             next_address: FIRST_ADDRESS,
+            page_label: None,
         }
     }
 
@@ -74,17 +79,24 @@ impl EventLog {
             .record(Event::new(Action::SegmentFree, addr, size, stream, time));
     }
 
+    /// Labels the page events of one action recorded from now on (`None`: no label), for
+    /// example the `SegmentUnmap` events of a block evicted to host memory with
+    /// [`EVICTED`](super::EVICTED). Events of other actions stay unlabelled: pages the same
+    /// call recycles are not the block's.
+    pub fn set_page_label(&mut self, label: Option<(Action, Arc<str>)>) {
+        self.page_label = label;
+    }
+
     /// Records pages mapped (`SegmentMap`) or unmapped (`SegmentUnmap`) in range `id`.
     pub fn pages(&mut self, action: Action, id: SegmentId, runs: &[Range<u64>], time: u64) {
         let (base, stream) = self.segment(id).unwrap_or((0, 0));
         for run in runs {
-            self.history.record(Event::new(
-                action,
-                base + run.start,
-                run.end - run.start,
-                stream,
-                time,
-            ));
+            let mut event = Event::new(action, base + run.start, run.end - run.start, stream, time);
+            event.label = match &self.page_label {
+                Some((labelled, label)) if *labelled == action => Some(label.clone()),
+                _ => None,
+            };
+            self.history.record(event);
         }
     }
 

@@ -18,16 +18,26 @@ mod event;
 mod log;
 mod recorder;
 mod ring;
+mod timeline;
 mod torch;
 
 pub use event::{Action, Event};
 pub use log::EventLog;
 pub use recorder::{MemorySample, ReplayRecorder};
 pub use ring::History;
+pub use timeline::Timeline;
 pub use torch::{
     AllocatorSettings, Frame, SegmentPlacement, SnapshotBlock, SnapshotError, SnapshotSegment,
     TorchSnapshot, TraceEntry, write_torch_snapshot,
 };
+
+/// The label of the page events (`segment_unmap`) of a block evicted to host memory by a
+/// pool with residency; in a snapshot it is the event's one frame.
+pub const EVICTED: &str = "residency: evicted to host memory";
+
+/// The label of the page events (`segment_map`) of a block a pool with residency restored
+/// from host memory.
+pub const RESTORED: &str = "residency: restored from host memory";
 
 /// Microseconds since the Unix epoch, as PyTorch stamps its events (0 if the clock is before
 /// 1970).

@@ -23,6 +23,9 @@ pub struct MemorySample {
     pub reserved: u64,
     /// Bytes of mapped pages, for a page-mapped pool (0 with fixed segments).
     pub mapped: u64,
+    /// Bytes of evicted blocks' pages held in host memory by a pool with residency (0 in a
+    /// replay, which has none; see [`Timeline`](super::Timeline)).
+    pub evicted: u64,
     /// Device allocations in the bucket, as PyTorch's `num_device_alloc` counts them:
     /// segments created, or in pages mode maps.
     pub device_allocs: u32,

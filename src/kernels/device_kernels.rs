@@ -291,7 +291,15 @@ impl Kernels {
     }
 
     /// Records a prepared kernel and submits it.
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError::Stale`] for a kernel prepared before one of its operand blocks moved
+    /// (nothing is submitted), and the device's errors.
     pub fn submit(&self, prepared: &PreparedKernel) -> Result<(), KernelError> {
+        if prepared.is_stale() {
+            return Err(KernelError::Stale);
+        }
         catch(&self.device, || {
             let mut encoder = self.device.create_command_encoder(&Default::default());
             prepared.record(&mut encoder, None);

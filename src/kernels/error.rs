@@ -27,6 +27,13 @@ pub enum KernelError {
         /// The operand's role.
         role: &'static str,
     },
+    /// An operand block moved (`Pool::offload`, `Pool::prefetch`) after the kernel was
+    /// prepared: its bind groups name the memory the block left.
+    #[error(
+        "an operand block was moved by Pool::offload or Pool::prefetch after the kernel was \
+         prepared: prepare the call again from the block"
+    )]
+    Stale,
     /// The device lacks a feature the kernel needs.
     #[error("kernel {kernel} needs device features {missing} that this device does not have")]
     Unsupported {

@@ -57,6 +57,13 @@ impl PreparedKernel {
         self.kernel.bytes_moved(self.operand_bytes)
     }
 
+    /// Whether an operand block moved ([`Pool::offload`](crate::pool::Pool::offload),
+    /// [`Pool::prefetch`](crate::pool::Pool::prefetch)) after the kernel was prepared: its
+    /// bind groups then name the memory the block left. Prepare the call again.
+    pub fn is_stale(&self) -> bool {
+        self.blocks.iter().any(BlockRef::is_stale)
+    }
+
     /// Records the kernel into `encoder`: for a reduction, first a clear of the result word,
     /// then one compute pass with one dispatch per window. `timestamp_writes` go on that pass
     /// (the pass is begun even for empty operands, so timestamps are always written).

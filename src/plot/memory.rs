@@ -15,7 +15,9 @@ pub struct MemoryCurves<'a> {
     pub title: String,
     /// Memory over the replay, in operation order.
     pub samples: &'a [MemorySample],
-    /// Operations in the replay.
+    /// What the x axis counts: `"operation"` for a replay, `"event"` for a pool's history.
+    pub x_desc: &'a str,
+    /// Operations (or events) in the replay.
     pub ops: u64,
     /// Highest reserved bytes, and the operation where it was first reached.
     pub peak_reserved: (u64, u64),
@@ -29,11 +31,13 @@ const LIVE: RGBColor = RGBColor(44, 160, 44);
 const MAPPED: RGBColor = RGBColor(148, 103, 189);
 const CREATED: RGBColor = RGBColor(23, 190, 207);
 const RELEASED: RGBColor = RGBColor(214, 39, 40);
+const EVICTED: RGBColor = RGBColor(140, 86, 75);
 
 /// Draws the curves as an SVG document.
 ///
 /// The series are named in the legend (`reserved`, `mapped pages` for a page-mapped pool,
-/// `allocated`, `live (requested)`, then `segments created` and `segments released` with
+/// `allocated` where the samples have it, `live (requested)`, `evicted to host` where a pool
+/// with residency evicted blocks, then `segments created` and `segments released` with
 /// fixed segments or `maps` and `unmaps` with pages, each with its total, which is the
 /// replay report's `segments_created` / `segments_released`), and the peak of reserved
 /// memory is marked with its value, below the legend.
@@ -44,7 +48,13 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
     let max = curves
         .samples
         .iter()
-        .map(|s| s.reserved.max(s.allocated).max(s.live).max(s.mapped))
+        .map(|s| {
+            s.reserved
+                .max(s.allocated)
+                .max(s.live)
+                .max(s.mapped)
+                .max(s.evicted)
+        })
         .max()
         .unwrap_or(0)
         .max(1);
@@ -67,7 +77,7 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
             .map_err(draw_error)?;
         chart
             .configure_mesh()
-            .x_desc("operation")
+            .x_desc(curves.x_desc)
             .y_desc(format!("memory ({unit_name})"))
             .axis_desc_style(("sans-serif", 16))
             .label_style(("sans-serif", 14))
@@ -97,6 +107,12 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
         ];
         if paged {
             series.insert(1, ("mapped pages", MAPPED, |s| s.mapped, 2));
+        }
+        if curves.samples.iter().all(|s| s.allocated == 0) {
+            series.retain(|(name, ..)| *name != "allocated");
+        }
+        if curves.samples.iter().any(|s| s.evicted > 0) {
+            series.push(("evicted to host", EVICTED, |s| s.evicted, 2));
         }
         for (name, color, f, width) in series {
             chart
@@ -146,7 +162,12 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
         chart
             .draw_series(std::iter::once(Circle::new(peak_point, 6, RED.filled())))
             .map_err(draw_error)?;
-        let label = format!("peak reserved {} at op {peak_op}", bytes(peak));
+        let at = if curves.x_desc == "operation" {
+            "op"
+        } else {
+            curves.x_desc
+        };
+        let label = format!("peak reserved {} at {at} {peak_op}", bytes(peak));
         // Keep the label inside the plot: left of the point in the right half.
         let anchor = if peak_point.0 > x_end * 0.6 {
             (peak_point.0 - x_end * 0.3, peak_point.1 + y_end * 0.04)
@@ -185,6 +206,7 @@ mod tests {
             allocated: live,
             reserved: mapped.max(live) + (4 << 20),
             mapped,
+            evicted: 0,
             device_allocs: u32::from(op == 0),
             device_frees: 0,
         }
@@ -225,6 +247,7 @@ mod tests {
                 .collect();
             let curves = MemoryCurves {
                 title: "peaks".into(),
+                x_desc: "operation",
                 samples: &samples,
                 ops: 100,
                 peak_reserved: (samples[peak_op as usize].reserved, peak_op),
@@ -238,12 +261,14 @@ mod tests {
         let paged = [sample(0, 1 << 20, 2 << 20), sample(1, 3 << 20, 4 << 20)];
         let curves = MemoryCurves {
             title: "paged".into(),
+            x_desc: "operation",
             samples: &paged,
             ops: 2,
             peak_reserved: (8 << 20, 1),
         };
         let svg = render_memory_svg(&curves).unwrap();
         assert!(svg.contains("mapped pages"), "{svg}");
+        assert!(svg.contains("\nallocated\n"), "{svg}");
         assert!(svg.contains("peak reserved 8.00 MiB at op 1"));
         assert!(svg.contains("maps (1, ticks)") && svg.contains("unmaps (0, ticks)"));
         assert!(!svg.contains("segments created"));
@@ -262,5 +287,33 @@ mod tests {
             ..curves
         };
         assert!(render_memory_svg(&empty).is_err());
+    }
+
+    #[test]
+    fn evicted_bytes_are_drawn_where_there_are_any() {
+        let mut samples = [sample(0, 4 << 20, 8 << 20), sample(1, 4 << 20, 4 << 20)];
+        samples[1].evicted = 4 << 20;
+        for s in &mut samples {
+            s.allocated = 0;
+        }
+        let curves = MemoryCurves {
+            title: "residency".into(),
+            x_desc: "event",
+            samples: &samples,
+            ops: 2,
+            peak_reserved: (12 << 20, 0),
+        };
+        let svg = render_memory_svg(&curves).unwrap();
+        assert!(svg.contains("evicted to host"), "{svg}");
+        assert!(svg.contains("peak reserved 12.00 MiB at event 0"), "{svg}");
+        assert!(!svg.contains("\nallocated\n"), "{svg}");
+        let mut none = samples;
+        none[1].evicted = 0;
+        let svg = render_memory_svg(&MemoryCurves {
+            samples: &none,
+            ..curves
+        })
+        .unwrap();
+        assert!(!svg.contains("evicted to host"));
     }
 }

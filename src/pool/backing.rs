@@ -313,6 +313,21 @@ impl Backing {
             Source::Pages(pages) => pages.usage().device_bytes,
         }
     }
+
+    /// Labels the history's page events of `action` with `label` until
+    /// [`unlabel_pages`](Backing::unlabel_pages) (nothing while no history is recorded).
+    pub fn label_pages(&mut self, action: Action, label: &str) {
+        if let Some(log) = &mut self.history {
+            log.set_page_label(Some((action, label.into())));
+        }
+    }
+
+    /// Ends [`label_pages`](Backing::label_pages).
+    pub fn unlabel_pages(&mut self) {
+        if let Some(log) = &mut self.history {
+            log.set_page_label(None);
+        }
+    }
 }
 
 impl SegmentSource for Backing {

@@ -9,7 +9,7 @@
 //! (see [`FreeTiming`](super::FreeTiming)): recordings that used a reference count as
 //! recordings that exposed the block.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::block::BlockParts;
@@ -42,6 +42,11 @@ pub(crate) struct SharedPlace {
     residency: Residency,
     /// The block's record in a pool with residency, if it may be evicted.
     residence: Option<Arc<Residence>>,
+    /// The block's generation at this place.
+    generation: u32,
+    /// Set when the block moved away (offload, prefetch): references name memory that no
+    /// longer holds it.
+    moved: AtomicBool,
 }
 
 impl Block {
@@ -58,6 +63,8 @@ impl Block {
                 capacity: parts.capacity,
                 residency: parts.residency,
                 residence: parts.residence.clone(),
+                generation: parts.generation,
+                moved: AtomicBool::new(false),
             })
         });
         BlockRef {
@@ -89,6 +96,20 @@ impl BlockRef {
         }
     }
 
+    /// Whether the block moved away from the referenced memory since the reference was taken
+    /// ([`Pool::offload`](super::Pool::offload), [`Pool::prefetch`](super::Pool::prefetch)):
+    /// the memory is still kept from reuse, but it no longer holds the block, so a bind
+    /// group built before the move reads and writes a copy nobody else sees. Eviction by a
+    /// pool with residency never makes a reference stale: the block keeps its place.
+    pub fn is_stale(&self) -> bool {
+        self.place.moved.load(Ordering::Acquire)
+    }
+
+    /// The [`generation`](Block::generation) of the block at the referenced memory.
+    pub fn generation(&self) -> u32 {
+        self.place.generation
+    }
+
     /// Whether the referenced memory belongs to a pool on `device`.
     pub fn is_on(&self, device: &wgpu::Device) -> bool {
         self.place.pool.submissions.key.matches(device)
@@ -110,6 +131,11 @@ impl std::fmt::Debug for BlockRef {
 }
 
 impl SharedPlace {
+    /// Notes that the block moved away from this place (see [`BlockRef::is_stale`]).
+    pub fn mark_moved(&self) {
+        self.moved.store(true, Ordering::Release);
+    }
+
     /// Takes the parts of the place from the block's handle, which lets go of it; the last
     /// reference to drop frees them.
     pub fn adopt(&self, parts: Box<BlockParts>) {

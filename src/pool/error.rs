@@ -158,6 +158,18 @@ pub enum BindingError {
     /// The block is evicted and could not be brought back to the device.
     #[error("the block is evicted and could not be made resident: {0}")]
     NotResident(#[source] Box<ResidencyError>),
+    /// A block the bind group binds was moved (`Pool::offload` / `Pool::prefetch`) after the
+    /// group was built: the group still binds the place the block left, which no longer
+    /// holds the block's contents.
+    #[error(
+        "a block this bind group binds was moved by Pool::offload or Pool::prefetch after the \
+         group was built at its generation {generation}: the group binds the memory the block \
+         left; build the bind group again from the block"
+    )]
+    Stale {
+        /// The block's generation when the group was built; it has moved since.
+        generation: u32,
+    },
 }
 
 /// Why [`Pool::write`](super::Pool::write) or [`Pool::read`](super::Pool::read) failed.

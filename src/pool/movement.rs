@@ -92,6 +92,9 @@ impl Pool {
     /// recordings that exposed it are open, kept while references bind it. Called without
     /// the state lock (freeing may take it).
     fn retire(&self, old: BlockParts) {
+        if let Some(place) = old.share.get() {
+            place.mark_moved();
+        }
         PoolShared::release(self.shared.clone(), Box::new(old));
     }
 

@@ -24,6 +24,7 @@ use super::residency_plan::{Candidate, Hold, choose_victims};
 use super::{Residency, ResidencyStats};
 use crate::engine::{AllocError, BlockId, EvictError, RoomShortfall};
 use crate::gpu::scope::catch;
+use crate::history::{Action, EVICTED, RESTORED};
 
 /// The tracked blocks of a pool with residency, and its budgets.
 pub(crate) struct Residents {
@@ -226,7 +227,10 @@ impl PoolShared {
         // The copy is submitted: the unbind below waits, on the GPU, for everything
         // submitted so far. Ticking the work clock makes it signal anew.
         self.submissions.points.fetch_add(1, Ordering::SeqCst);
-        let bytes = match state.engine.evict(id, &mut state.memory) {
+        state.memory.label_pages(Action::SegmentUnmap, EVICTED);
+        let evicted = state.engine.evict(id, &mut state.memory);
+        state.memory.unlabel_pages();
+        let bytes = match evicted {
             Ok(bytes) => bytes,
             Err(error) => {
                 free_host(state, host);
@@ -304,7 +308,10 @@ impl PoolShared {
         keep_too.push(id);
         let mut attempts = 0;
         loop {
-            match state.engine.restore(id, &mut state.memory) {
+            state.memory.label_pages(Action::SegmentMap, RESTORED);
+            let restored = state.engine.restore(id, &mut state.memory);
+            state.memory.unlabel_pages();
+            match restored {
                 Ok(_) => break,
                 Err(EvictError::NoRoom { bytes, .. }) if attempts < 4 => {
                     attempts += 1;
