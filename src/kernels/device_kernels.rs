@@ -464,11 +464,19 @@ impl Kernels {
     }
 
     /// Refuses an operand made from a block of a pool on another device, or from an evicted
-    /// block that could not be brought back when the operand was taken.
+    /// block that could not be brought back when the operand was taken and cannot be now
+    /// (another thread's recording may have held the room then).
     fn check_device(&self, role: &'static str, operand: Operand<'_>) -> Result<(), KernelError> {
         match operand.block() {
             Some(block) if !block.is_on(&self.device) => Err(KernelError::ForeignDevice { role }),
-            Some(block) if block.is_evicted() => Err(KernelError::NotResident { role }),
+            Some(block) if block.is_evicted() => {
+                block
+                    .use_resident()
+                    .map_err(|source| KernelError::NotResident {
+                        role,
+                        source: Box::new(source),
+                    })
+            }
             _ => Ok(()),
         }
     }

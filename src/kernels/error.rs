@@ -17,15 +17,15 @@ pub enum KernelError {
         /// The operand's role.
         role: &'static str,
     },
-    /// An operand is an evicted block that could not be brought back to the device when the
-    /// operand was taken (the pool logged why).
-    #[error(
-        "operand {role} is an evicted block that could not be made resident; call \
-         Pool::make_resident on it to see why"
-    )]
+    /// An operand is an evicted block that could not be brought back to the device, neither
+    /// when the operand was taken nor when the kernel checked it.
+    #[error("operand {role} is an evicted block that could not be made resident")]
     NotResident {
         /// The operand's role.
         role: &'static str,
+        /// Why the pool could not bring it back.
+        #[source]
+        source: Box<crate::pool::ResidencyError>,
     },
     /// An operand block moved (`Pool::offload`, `Pool::prefetch`) after the kernel was
     /// prepared: its bind groups name the memory the block left.

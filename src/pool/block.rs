@@ -227,7 +227,7 @@ impl Block {
     /// see it.
     #[inline]
     pub(crate) fn expose(&self) {
-        if let Err(error) = self.expose_checked() {
+        if let Err(error) = self.use_resident() {
             log::error!("{}: {error}", self.shared.label);
         }
     }
@@ -236,12 +236,14 @@ impl Block {
     /// binding error.
     #[inline]
     pub(crate) fn expose_resident(&self) -> Result<(), BindingError> {
-        self.expose_checked()
+        self.use_resident()
             .map_err(|error| BindingError::NotResident(Box::new(error)))
     }
 
+    /// Notes a use of the block by the calling thread's recording and brings it back if it is
+    /// evicted, returning why it could not be.
     #[inline]
-    fn expose_checked(&self) -> Result<(), ResidencyError> {
+    pub(crate) fn use_resident(&self) -> Result<(), ResidencyError> {
         self.parts.gpu_work.fetch_or(EXPOSED, Ordering::Relaxed);
         if self.shared.holds_for_recordings() {
             let ticket = self.shared.submissions.recordings.thread_ticket();
@@ -257,11 +259,18 @@ impl Block {
 
     /// Whether the block is evicted (a pool with residency could not bring it back when it
     /// was last used).
+    ///
+    /// Exact: the flag read without the lock is also set for a moment while another thread's
+    /// eviction decides about the block (and backs off, seeing this thread's use), so a set
+    /// flag is read again under the pool's lock, which that eviction holds until it is done.
     pub(crate) fn is_evicted(&self) -> bool {
-        self.parts
-            .residence
-            .as_ref()
-            .is_some_and(|residence| residence.evicting())
+        match &self.parts.residence {
+            Some(residence) if residence.evicting() => {
+                let _state = self.shared.lock();
+                residence.evicting()
+            }
+            _ => false,
+        }
     }
 
     /// The device of the pool that handed the block out.
