@@ -5,7 +5,7 @@ use crate::engine::AllocError;
 use crate::gpu::scope::CaughtError;
 use crate::gpu::transfer::TransferError;
 use crate::kernels::KernelError;
-use crate::pool::PoolError;
+use crate::pool::{MoveError, PoolError};
 
 /// A failed benchmark. A wrong kernel result is [`BenchError::Verification`]; nothing is
 /// timed after it.
@@ -57,6 +57,12 @@ pub enum BenchError {
     /// An upload or readback failed.
     #[error(transparent)]
     Transfer(#[from] TransferError),
+    /// Moving a pool block between device and host memory failed.
+    #[error(transparent)]
+    Move(#[from] MoveError),
+    /// Waiting for the device failed.
+    #[error("waiting for the device: {0}")]
+    Wait(#[source] wgpu::PollError),
     /// Timing failed.
     #[error(transparent)]
     Timing(#[from] TimingError),

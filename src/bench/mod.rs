@@ -29,6 +29,7 @@
 pub mod alloc_latency;
 mod error;
 pub mod half;
+pub mod oversubscription;
 pub mod placement;
 pub mod pool_placement;
 pub mod reference;

@@ -45,6 +45,9 @@ pub struct BenchReport {
     /// Host transfer figures (`--transfers`): the staging pool against wgpu's own paths, and
     /// offload / prefetch of a pool block; `null` without `--transfers`.
     pub transfers: Option<serde_json::Value>,
+    /// Oversubscription figures (`--oversubscription`, see
+    /// [`oversubscription`](super::oversubscription)); `null` without it.
+    pub oversubscription: Option<serde_json::Value>,
 }
 
 /// One kernel on one placement.

@@ -207,6 +207,7 @@ pub fn run_bench(
         moves,
         alloc: None,
         transfers: None,
+        oversubscription: None,
     })
 }
 

@@ -3,6 +3,7 @@
 
 use std::io::IsTerminal;
 
+use wgpool::bench::oversubscription::{self, OversubscriptionConfig, OversubscriptionReport};
 use wgpool::bench::timing::RunCounts;
 use wgpool::bench::{
     BenchConfig, BenchError, BenchEvent, alloc_latency, default_sources_with, run_bench, table,
@@ -50,6 +51,16 @@ pub struct BenchArgs {
     /// paths, and offload / prefetch of a pool block (`transfers` in the JSON).
     #[arg(long)]
     transfers: bool,
+    /// Also measure oversubscription: a stream over 1.5x and 3x a device budget and a hot
+    /// set beside cold blocks over it, served by residency, `overflow:host` and offload /
+    /// prefetch by hand, against the pool's own host-to-device rate (`oversubscription` in
+    /// the JSON). Blocks are --size-mb each.
+    #[arg(long)]
+    oversubscription: bool,
+    /// The device budget of --oversubscription in MiB, at least four blocks (default: 16
+    /// blocks of --size-mb).
+    #[arg(long, value_name = "N", requires = "oversubscription")]
+    budget_mb: Option<u64>,
     /// Time with the wall clock even where GPU timestamps exist.
     #[arg(long)]
     wall: bool,
@@ -241,6 +252,24 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     } else {
         None
     };
+    let oversubscription = if args.oversubscription {
+        let budget = args
+            .budget_mb
+            .map_or(16 * size_bytes, |mb| mb.saturating_mul(1 << 20));
+        let (warmup, timed) = if args.quick { (1, 3) } else { (1, 5) };
+        let config = OversubscriptionConfig::new(size_bytes, budget).with_passes(warmup, timed);
+        Some(
+            oversubscription::measure(&ctx, &config).map_err(|error| match &error {
+                BenchError::Config(_) => Failure::bad_input(format!("--oversubscription: {error}")),
+                _ => Failure::internal(format!("oversubscription: {error}")),
+            })?,
+        )
+    } else {
+        None
+    };
+    report.oversubscription = oversubscription
+        .as_ref()
+        .map(|o| serde_json::to_value(o).expect("oversubscription report serializes"));
     report.transfers = transfers
         .as_ref()
         .map(|t| serde_json::to_value(t).expect("transfer report serializes"));
@@ -279,6 +308,9 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         }
         if let Some(t) = &transfers {
             text.push_str(&transfers_table(t));
+        }
+        if let Some(o) = &oversubscription {
+            text.push_str(&oversubscription_table(o));
         }
         output::print(&text)?;
     }
@@ -319,6 +351,54 @@ fn transfers_and_moves(
         staging,
         residency,
     })
+}
+
+fn oversubscription_table(o: &OversubscriptionReport) -> String {
+    let mut out = format!(
+        "\noversubscription: blocks of {}, device budget {}; the pool's host-to-device rate \
+         {:.1} GB/s (device-to-host {:.1}); median of {} passes, bytes read + written:\n",
+        wgpool::format::bytes(o.block_bytes),
+        wgpool::format::bytes(o.budget_bytes),
+        o.prefetch_gbps,
+        o.offload_gbps,
+        o.timed_passes
+    );
+    out.push_str(
+        "  stream             working set   effective   / host-to-device   moved in / out\n",
+    );
+    for row in &o.stream {
+        out.push_str(&format!(
+            "  {:<18} {:>5.1}x budget {:>8.2} GB/s {:>10.2}x {:>12.2} / {:.2} GB/s\n",
+            row.strategy.name(),
+            row.working_set_over_budget,
+            row.effective_gbps,
+            row.over_host_to_device,
+            row.to_device_gbps,
+            row.to_host_gbps
+        ));
+    }
+    out.push_str(&format!(
+        "  hot set of {} beside {} of cold blocks:\n",
+        wgpool::format::bytes(o.hot_bytes),
+        wgpool::format::bytes(o.cold_bytes)
+    ));
+    for row in &o.hot_set {
+        out.push_str(&format!(
+            "  {:<18} {:>8.2} GB/s {:>6.3}x in_budget, {} moved\n",
+            row.strategy.name(),
+            row.effective_gbps,
+            row.over_in_budget,
+            wgpool::format::bytes(row.moved_bytes)
+        ));
+    }
+    for skipped in &o.skipped {
+        out.push_str(&format!(
+            "  {:<18} not run: {}\n",
+            skipped.strategy.name(),
+            skipped.reason
+        ));
+    }
+    out
 }
 
 fn transfers_table(t: &Transfers) -> String {
