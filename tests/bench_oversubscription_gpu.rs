@@ -27,6 +27,7 @@ fn every_strategy_the_device_offers_runs_and_keeps_the_data() {
     let report = measure(gpu, &config).expect("the oversubscription benchmark runs");
     assert!(report.verified);
     assert!(report.prefetch_gbps > 0.0 && report.offload_gbps > 0.0);
+    assert!(report.host_to_device_gbps > 0.0 && report.device_to_host_gbps > 0.0);
 
     let mut expected = vec![Strategy::OffloadPrefetch];
     let mut skipped = Vec::new();
@@ -129,7 +130,14 @@ fn cli_prints_the_oversubscription_object_and_rejects_a_small_budget() {
     assert_eq!(o["block_bytes"], BLOCK);
     assert_eq!(o["budget_bytes"], BUDGET);
     assert_eq!(o["verified"], true);
-    for field in ["prefetch_gbps", "offload_gbps", "hot_bytes", "cold_bytes"] {
+    for field in [
+        "host_to_device_gbps",
+        "device_to_host_gbps",
+        "prefetch_gbps",
+        "offload_gbps",
+        "hot_bytes",
+        "cold_bytes",
+    ] {
         assert!(o[field].is_number(), "{field}: {o}");
     }
     let row = &o["stream"][0];

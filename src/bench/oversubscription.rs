@@ -21,9 +21,12 @@
 //!   nothing were evicted.
 //!
 //! Figures count bytes read plus bytes written by the kernels (2x the block size per step),
-//! 10^9 bytes per second. The baseline is [`residency_moves`](super::residency_moves)'s
-//! `prefetch_gbps`: the pool's own host-to-device rate for one block of the same size, in the
-//! same run. Every block's contents are checked with the checksum kernel after the timed
+//! 10^9 bytes per second. The baseline is the pool's own host-to-device rate in the same
+//! run: `copy_buffer_to_buffer` from a block in the pool's host memory to a block on the
+//! device, the rate the link gives the pool's buffers (`host_to_device_gbps`); the report
+//! also gives [`residency_moves`](super::residency_moves)' `Pool::prefetch` and
+//! `Pool::offload` rates for one block. The hot set's timed passes are four times the
+//! stream's, in interleaved rounds, since a pass is short. Every block's contents are checked with the checksum kernel after the timed
 //! passes (evicted blocks are restored for it); a mismatch fails the run.
 
 use std::time::Instant;
@@ -125,7 +128,7 @@ pub struct StreamRow {
     pub pass_seconds: f64,
     /// Bytes the kernels read and wrote per second.
     pub effective_gbps: f64,
-    /// `effective_gbps` over the pool's host-to-device rate (`prefetch_gbps`).
+    /// `effective_gbps` over the pool's host-to-device rate (`host_to_device_gbps`).
     pub over_host_to_device: f64,
     /// Bytes moved to the device per second during the timed passes (restores or
     /// prefetches; 0 for `overflow_host` and `in_budget`).
@@ -166,7 +169,12 @@ pub struct OversubscriptionReport {
     pub block_bytes: u64,
     /// The device budget.
     pub budget_bytes: u64,
-    /// The pool's own host-to-device rate for one block (`Pool::prefetch`), GB/s.
+    /// `copy_buffer_to_buffer` of one block from the pool's host memory to the device, GB/s
+    /// (median of 7): the baseline of the stream's `over_host_to_device`.
+    pub host_to_device_gbps: f64,
+    /// The same copy the other way.
+    pub device_to_host_gbps: f64,
+    /// `Pool::prefetch` of one block, host to device, GB/s (it places the block and copies).
     pub prefetch_gbps: f64,
     /// The pool's device-to-host rate (`Pool::offload`), GB/s.
     pub offload_gbps: f64,
@@ -375,6 +383,55 @@ fn wait(gpu: &GpuContext) -> Result<(), BenchError> {
     gpu.wait_idle().map_err(BenchError::Wait)
 }
 
+/// Copy rates between the pool's host memory and the device, GB/s.
+struct LinkRates {
+    to_device: f64,
+    to_host: f64,
+}
+
+/// Times `copy_buffer_to_buffer` of one block between a block of a pool's host memory (an
+/// offloaded block) and a device block, each way: two warm-up copies, then the median of 7.
+fn link_rates(gpu: &GpuContext, size: u64) -> Result<LinkRates, BenchError> {
+    let pool = Pool::from_context(gpu, Config::default()).map_err(|source| BenchError::Pool {
+        conf: String::new(),
+        source: Box::new(source),
+    })?;
+    let alloc = || {
+        pool.alloc(size).map_err(|source| BenchError::Alloc {
+            size,
+            source: Box::new(source),
+        })
+    };
+    let device = alloc()?;
+    let mut host = alloc()?;
+    pool.offload(&mut host)?;
+    let time = |from: &Block, to: &Block| -> Result<f64, BenchError> {
+        let mut seconds = Vec::new();
+        for run in 0..9 {
+            wait(gpu)?;
+            let start = Instant::now();
+            let mut encoder = gpu.device().create_command_encoder(&Default::default());
+            encoder.copy_buffer_to_buffer(
+                from.buffer(),
+                from.offset(),
+                to.buffer(),
+                to.offset(),
+                size,
+            );
+            pool.submit([encoder.finish()]);
+            wait(gpu)?;
+            if run >= 2 {
+                seconds.push(start.elapsed().as_secs_f64());
+            }
+        }
+        Ok(size as f64 / median(&seconds) / 1e9)
+    };
+    Ok(LinkRates {
+        to_device: time(&host, &device)?,
+        to_host: time(&device, &host)?,
+    })
+}
+
 /// An even number of blocks, at least 2, holding `factor` times `budget` bytes.
 fn even_blocks(factor: f64, config: &OversubscriptionConfig) -> usize {
     let blocks = (factor * config.budget_bytes as f64 / config.block_bytes as f64).ceil() as usize;
@@ -412,6 +469,7 @@ pub fn measure(
     let moves = residency_moves::measure(gpu, config.block_bytes, 1, 5)
         .map_err(|error| BenchError::Config(format!("offload/prefetch: {error}")))?;
     let kernels = Kernels::new(gpu.device(), gpu.queue());
+    let link = link_rates(gpu, config.block_bytes)?;
     let capabilities = gpu.capabilities();
     let mut skipped = Vec::new();
     let mut strategies = Vec::new();
@@ -463,7 +521,7 @@ pub fn measure(
             working_set_bytes: bytes,
             pass_seconds,
             effective_gbps,
-            over_host_to_device: effective_gbps / moves.prefetch_gbps,
+            over_host_to_device: effective_gbps / link.to_device,
             to_device_gbps: (after.to_device - before.to_device) as f64 / total / 1e9,
             to_host_gbps: (after.to_host - before.to_host) as f64 / total / 1e9,
         })
@@ -497,7 +555,7 @@ pub fn measure(
     for (set, _, moved) in &mut sets {
         *moved = set.moved();
     }
-    for _ in 0..config.timed_passes {
+    for _ in 0..4 * config.timed_passes {
         for (set, seconds, _) in &mut sets {
             seconds.push(set.pass(gpu, &kernels, 0..hot)?);
         }
@@ -519,6 +577,8 @@ pub fn measure(
     Ok(OversubscriptionReport {
         block_bytes: config.block_bytes,
         budget_bytes: config.budget_bytes,
+        host_to_device_gbps: link.to_device,
+        device_to_host_gbps: link.to_host,
         prefetch_gbps: moves.prefetch_gbps,
         offload_gbps: moves.offload_gbps,
         timed_passes: config.timed_passes,

@@ -355,10 +355,13 @@ fn transfers_and_moves(
 
 fn oversubscription_table(o: &OversubscriptionReport) -> String {
     let mut out = format!(
-        "\noversubscription: blocks of {}, device budget {}; the pool's host-to-device rate \
-         {:.1} GB/s (device-to-host {:.1}); median of {} passes, bytes read + written:\n",
+        "\noversubscription: blocks of {}, device budget {}; the pool's host-to-device copy \
+         {:.1} GB/s (device-to-host {:.1}; Pool::prefetch {:.1}, Pool::offload {:.1}); median \
+         of {} passes, bytes read + written:\n",
         wgpool::format::bytes(o.block_bytes),
         wgpool::format::bytes(o.budget_bytes),
+        o.host_to_device_gbps,
+        o.device_to_host_gbps,
         o.prefetch_gbps,
         o.offload_gbps,
         o.timed_passes
