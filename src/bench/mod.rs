@@ -34,12 +34,12 @@ pub mod pool_placement;
 pub mod reference;
 mod report;
 pub mod residency_moves;
-pub mod rng;
 mod run;
 pub mod table;
 pub mod timing;
 pub mod transfers;
 
+pub use crate::rng;
 pub use error::BenchError;
 pub use placement::{BufferRegion, OperandSet, OperandSource, RawBuffers};
 pub use pool_placement::{DEFAULT_POOL_CONF, PoolBlocks};

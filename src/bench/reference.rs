@@ -9,7 +9,7 @@ use std::ops::Range;
 use crate::kernels::{Dtype, Kernel, checksum, pattern_word};
 
 use super::half::{f16_bits_from_f32, f32_from_f16_bits};
-use super::rng::SplitMix64;
+use crate::rng::SplitMix64;
 
 /// The scalar of scale and triad (STREAM's 3.0; exact in f16).
 pub const SCALAR: f32 = 3.0;

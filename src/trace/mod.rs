@@ -7,7 +7,6 @@ mod error;
 mod gpu_replay;
 mod input;
 mod lines;
-mod observe;
 mod ops;
 mod oracle;
 mod parse;
@@ -16,12 +15,14 @@ mod replay;
 mod rmm;
 mod torch_snapshot;
 
+/// The observer a replay tells of every event; it lives in [`history`](crate::history),
+/// where the pool's event log observes its memory through the same trait.
+pub use crate::history::EventObserver as ReplayObserver;
 pub use cuda_addresses::CudaAddressModel;
 pub use error::{EXCERPT_CHARS, Position, TraceError, excerpt};
 pub use gpu_replay::{GpuReplayError, GpuReplayOptions, GpuReplayReport, replay_on_gpu};
 pub use input::{DEFAULT_MAX_INPUT_BYTES, ReadOptions, detect_format, read_trace, read_trace_from};
 pub use lines::MAX_LINE_BYTES;
-pub use observe::ReplayObserver;
 pub use ops::{Trace, TraceFormat, TraceOp};
 pub use oracle::{Candidate, Divergence, OracleReport, OracleSegments, Outcome};
 pub use parse::{HEADER, parse_trace, read_wgpool_csv};

@@ -6,11 +6,11 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::cuda_addresses::CudaAddressModel;
-use super::observe::{Observed, ReplayObserver};
 use super::oracle::{OracleCheck, OracleReport, OracleSegments, Outcome, explain};
 use super::{Trace, TraceOp};
 use crate::config::{Config, Policy};
 use crate::engine::{AllocError, BlockId, Engine, EngineLimits, PageMapping, VirtualSegments};
+use crate::history::{EventObserver, Observed};
 
 /// What a replay measured. Serialized as `wgpool replay --json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -204,7 +204,7 @@ fn note_stream(stream: u32, seen: &mut u32, source: &mut OracleSegments) {
 }
 
 /// Replays the first `stop` operations (all of them for `None`).
-fn run_once<O: ReplayObserver>(
+fn run_once<O: EventObserver>(
     trace: &Trace,
     config: &Config,
     options: &ReplayOptions,
@@ -227,7 +227,10 @@ fn run_once<O: ReplayObserver>(
     if options.cuda_addresses && !options.oracle && config.policy == Policy::Pytorch {
         source = source.with_cuda_addresses(CudaAddressModel::new());
     }
-    let mut device = Observed { source, observer };
+    let mut device = Observed {
+        source: &mut source,
+        observer,
+    };
     let mut check = options.oracle.then(OracleCheck::default);
     let mut streams_seen: u32 = 0;
     let mut slots: Vec<Option<(BlockId, u64, u32)>> = vec![None; trace.slots];
@@ -243,7 +246,7 @@ fn run_once<O: ReplayObserver>(
                 if size == 0 {
                     continue;
                 }
-                note_stream(stream, &mut streams_seen, &mut device.source);
+                note_stream(stream, &mut streams_seen, device.source);
                 if O::ACTIVE {
                     device.observer.before_alloc(i, size, stream);
                 }
@@ -276,7 +279,7 @@ fn run_once<O: ReplayObserver>(
                 if size == 0 {
                     continue;
                 }
-                note_stream(stream, &mut streams_seen, &mut device.source);
+                note_stream(stream, &mut streams_seen, device.source);
                 device.source.expect(None);
                 let result = engine.allocate(size, stream, &mut device);
                 if let Some(check) = check.as_mut() {
@@ -379,7 +382,7 @@ pub fn replay(
 
 /// [`replay`], with `observer` watching the first run (the one the memory figures come
 /// from).
-pub fn replay_observed<O: ReplayObserver>(
+pub fn replay_observed<O: EventObserver>(
     trace: &Trace,
     config: &Config,
     options: &ReplayOptions,
