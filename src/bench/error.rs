@@ -10,6 +10,7 @@ use crate::pool::PoolError;
 /// A failed benchmark. A wrong kernel result is [`BenchError::Verification`]; nothing is
 /// timed after it.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BenchError {
     /// A kernel produced a result that differs from the CPU reference.
     #[error("VERIFICATION FAILED: {kernel} on {placement} operands: {detail}")]

@@ -130,9 +130,7 @@ pub(crate) fn choose(
     match sparse_device(device) {
         Ok(sparse) => {
             let pages = PagedMemory::new(device, queue, usage, label, options.chunk_policy)
-                .map_err(|e| PoolError::PageMapping {
-                    reason: e.to_string(),
-                })?;
+                .map_err(|source| PoolError::PageMapping { source })?;
             let reason = format!(
                 "Vulkan sparse binding, {} pages, binds on {}",
                 bytes(sparse.page_size()),

@@ -12,6 +12,7 @@ mod oracle;
 mod parse;
 mod pickle_node;
 mod replay;
+mod replay_error;
 mod rmm;
 mod torch_snapshot;
 
@@ -28,5 +29,6 @@ pub use oracle::{Candidate, Divergence, OracleReport, OracleSegments, Outcome};
 pub use parse::{HEADER, parse_trace, read_wgpool_csv};
 pub use pickle_node::MAX_DEPTH as MAX_PICKLE_DEPTH;
 pub use replay::{ReplayOptions, ReplayReport, replay, replay_observed};
+pub use replay_error::ReplayError;
 pub use rmm::{RMM_HEADER, read_rmm_csv};
 pub use torch_snapshot::read_torch_snapshot;

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::cuda_addresses::CudaAddressModel;
 use super::oracle::{OracleCheck, OracleReport, OracleSegments, Outcome, explain};
+use super::replay_error::ReplayError;
 use super::{Trace, TraceOp};
 use crate::config::{Config, Policy};
 use crate::engine::{AllocError, BlockId, Engine, EngineLimits, PageMapping, VirtualSegments};
@@ -210,7 +211,7 @@ fn run_once<O: EventObserver>(
     options: &ReplayOptions,
     observer: &mut O,
     stop: Option<usize>,
-) -> Result<RunResult, String> {
+) -> Result<RunResult, ReplayError> {
     // The replay models a device that can map pages (by default an H200 with sparse
     // binding).
     let virtual_device = VirtualSegments::unlimited().with_pages(options.page_mapping);
@@ -220,7 +221,7 @@ fn run_once<O: EventObserver>(
     if let Some(bytes) = options.max_segment_size {
         limits = limits.with_max_segment_size(bytes);
     }
-    let mut engine = Engine::new(config.clone(), limits).map_err(|e| e.to_string())?;
+    let mut engine = Engine::new(config.clone(), limits)?;
     // Free pieces of split segments add records beyond the live blocks.
     engine.reserve_blocks(2 * trace.slots + 64);
     let mut source = OracleSegments::new(virtual_device);
@@ -272,7 +273,12 @@ fn run_once<O: EventObserver>(
                             device.observer.on_oom(i, size, stream);
                         }
                     }
-                    Err(e) => return Err(format!("{}: {e}", trace.position(i))),
+                    Err(e) => {
+                        return Err(ReplayError::Alloc {
+                            position: trace.position(i),
+                            source: Box::new(e),
+                        });
+                    }
                 }
             }
             TraceOp::Refused { size, stream } => {
@@ -288,15 +294,18 @@ fn run_once<O: EventObserver>(
                 match result {
                     // The recording allocator refused it and the trace never frees it: it
                     // holds nothing afterwards here either.
-                    Ok(a) => engine
-                        .free(a.block, &mut device)
-                        .map_err(|e| e.to_string())?,
+                    Ok(a) => engine.free(a.block, &mut device)?,
                     Err(AllocError::OutOfMemory(_)) => {
                         if O::ACTIVE {
                             device.observer.on_oom(i, size, stream);
                         }
                     }
-                    Err(e) => return Err(format!("{}: {e}", trace.position(i))),
+                    Err(e) => {
+                        return Err(ReplayError::Alloc {
+                            position: trace.position(i),
+                            source: Box::new(e),
+                        });
+                    }
                 }
             }
             TraceOp::Free { slot } => {
@@ -307,7 +316,7 @@ fn run_once<O: EventObserver>(
                     {
                         device.observer.on_free(i, &a, stream);
                     }
-                    engine.free(block, &mut device).map_err(|e| e.to_string())?;
+                    engine.free(block, &mut device)?;
                 }
             }
         }
@@ -317,7 +326,10 @@ fn run_once<O: EventObserver>(
         if options.check_every_op {
             engine
                 .check_invariants()
-                .map_err(|e| format!("after {}: {e}", trace.position(i)))?;
+                .map_err(|source| ReplayError::Invariant {
+                    position: trace.position(i),
+                    source,
+                })?;
         }
     }
     let elapsed_ns = start.elapsed().as_nanos();
@@ -338,7 +350,7 @@ fn oracle_report(
     config: &Config,
     options: &ReplayOptions,
     check: &OracleCheck,
-) -> Result<OracleReport, String> {
+) -> Result<OracleReport, ReplayError> {
     let first_divergence = match check.first {
         None => None,
         Some((op, expected, got)) => {
@@ -370,13 +382,14 @@ fn oracle_report(
 ///
 /// # Errors
 ///
-/// A message naming the trace line, for a configuration the engine refuses, a request it
-/// cannot serve other than by out-of-memory, or an invariant broken under `check_every_op`.
+/// [`ReplayError`]: a configuration the engine refuses, a request it cannot serve other than
+/// by out-of-memory, or an invariant broken under `check_every_op`; the last two name the
+/// operation of the trace.
 pub fn replay(
     trace: &Trace,
     config: &Config,
     options: &ReplayOptions,
-) -> Result<ReplayReport, String> {
+) -> Result<ReplayReport, ReplayError> {
     replay_observed(trace, config, options, &mut ())
 }
 
@@ -387,7 +400,7 @@ pub fn replay_observed<O: EventObserver>(
     config: &Config,
     options: &ReplayOptions,
     observer: &mut O,
-) -> Result<ReplayReport, String> {
+) -> Result<ReplayReport, ReplayError> {
     let first = run_once(trace, config, options, observer, None)?;
     let timing_options = ReplayOptions {
         check_every_op: false,
