@@ -1,5 +1,6 @@
 //! Why a benchmark run failed.
 
+use crate::bench::MismatchError;
 use crate::bench::timing::TimingError;
 use crate::engine::AllocError;
 use crate::gpu::scope::CaughtError;
@@ -13,14 +14,15 @@ use crate::pool::PoolError;
 #[non_exhaustive]
 pub enum BenchError {
     /// A kernel produced a result that differs from the CPU reference.
-    #[error("VERIFICATION FAILED: {kernel} on {placement} operands: {detail}")]
+    #[error("VERIFICATION FAILED: {kernel} on {placement} operands: {source}")]
     Verification {
         /// `name_dtype` of the kernel.
         kernel: String,
         /// The placement (`raw`, `pool`, ...).
         placement: String,
         /// What differed, at which element.
-        detail: String,
+        #[source]
+        source: MismatchError,
     },
     /// The benchmark's settings cannot work on this device.
     #[error("{0}")]
