@@ -27,3 +27,35 @@ pub enum InvariantError {
 }
 
 crate::error_debug::debug_as_message!(InvariantError);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::engine::{Engine, EngineLimits, SegmentKind, VirtualSegments};
+
+    #[test]
+    fn a_statistic_that_differs_from_the_recount_is_a_statistics_error() {
+        let mut engine =
+            Engine::new(Config::default(), EngineLimits::unlimited()).expect("an engine");
+        let mut device = VirtualSegments::unlimited();
+        engine
+            .allocate(4096, 0, &mut device)
+            .expect("an allocation");
+        assert_eq!(engine.check_invariants(), Ok(()));
+        // A block counted that the layout does not hold.
+        engine
+            .state
+            .stats
+            .allocation
+            .increase(SegmentKind::Small, 1);
+        let error = engine.check_invariants().expect_err("a broken statistic");
+        assert!(matches!(error, InvariantError::Statistics(_)), "{error}");
+        let message = error.to_string();
+        assert!(
+            message.starts_with("statistics differ from a recount"),
+            "{message}"
+        );
+        assert_eq!(format!("{error:?}"), message);
+    }
+}

@@ -88,3 +88,47 @@ impl<S: SegmentSource + ?Sized, O: EventObserver> SegmentSource for Observed<'_,
         self.source.segment_address(id, size, kind)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::VirtualSegments;
+    use crate::history::{Action, EventLog};
+
+    #[test]
+    fn the_observer_hears_of_what_the_source_did_and_not_of_what_it_refused() {
+        let mut device = VirtualSegments::with_device_limit(4 << 20);
+        let mut log = Some(EventLog::with_capacity(16));
+        let mut observed = Observed {
+            source: &mut device,
+            observer: &mut log,
+        };
+        let small = SegmentKind::Small;
+        observed
+            .create_segment(SegmentId(0), 2 << 20, small)
+            .expect("within the limit");
+        observed
+            .create_segment(SegmentId(1), 8 << 20, small)
+            .expect_err("over the limit");
+        observed.release_segment(SegmentId(0), 2 << 20);
+        let log = log.expect("still recording");
+        let actions: Vec<Action> = log.history().events().map(|e| e.action).collect();
+        assert_eq!(actions, [Action::SegmentAlloc, Action::SegmentFree]);
+        assert_eq!(device.physical_bytes(), 0);
+    }
+
+    #[test]
+    fn an_absent_log_hears_nothing_and_the_source_still_works() {
+        let mut device = VirtualSegments::unlimited();
+        let mut log: Option<EventLog> = None;
+        let mut observed = Observed {
+            source: &mut device,
+            observer: &mut log,
+        };
+        observed
+            .create_segment(SegmentId(0), 2 << 20, SegmentKind::Small)
+            .expect("no limit");
+        assert_eq!(device.physical_bytes(), 2 << 20);
+        assert!(log.is_none());
+    }
+}

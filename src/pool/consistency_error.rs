@@ -64,3 +64,27 @@ pub enum ConsistencyError {
 }
 
 crate::error_debug::debug_as_message!(ConsistencyError);
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+
+    #[test]
+    fn host_memory_errors_name_the_tier_and_keep_the_inner_error_as_source() {
+        let inner = ConsistencyError::SegmentBufferCount {
+            buffers: 2,
+            segments: 3,
+        };
+        let error = ConsistencyError::Host(Box::new(inner.clone()));
+        assert_eq!(
+            error.to_string(),
+            "host memory: 2 segment buffers exist for 3 segments"
+        );
+        let source = error.source().expect("the inner error");
+        assert_eq!(source.to_string(), inner.to_string());
+        // Debug prints the message once: the source's message is already part of it.
+        assert_eq!(format!("{error:?}"), error.to_string());
+    }
+}

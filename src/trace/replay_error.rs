@@ -43,3 +43,44 @@ pub enum ReplayError {
 }
 
 crate::error_debug::debug_as_message!(ReplayError);
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::trace::{ReplayOptions, parse_trace, replay};
+
+    #[test]
+    fn an_allocation_above_the_largest_block_names_its_line_and_keeps_the_engine_error() {
+        let trace = parse_trace("action,id,size,stream\nalloc,1,512,0\nalloc,2,4194304,0\n")
+            .expect("a valid trace");
+        let options = ReplayOptions::default().with_max_segment_size(Some(2 << 20));
+        let error = replay(&trace, &Config::default(), &options).expect_err("too large");
+        let ReplayError::Alloc { position, source } = &error else {
+            panic!("not an allocation error: {error}");
+        };
+        assert_eq!(*position, Position::Line(3));
+        assert!(matches!(**source, AllocError::TooLarge { .. }), "{source}");
+        let message = error.to_string();
+        assert!(
+            message.starts_with("trace line 3: requested 4.00 MiB"),
+            "{message}"
+        );
+        let cause = error.source().expect("the engine's error");
+        assert_eq!(cause.to_string(), source.to_string());
+        // Debug prints the message, not the fields.
+        assert_eq!(format!("{error:?}"), message);
+    }
+
+    #[test]
+    fn a_configuration_the_engine_refuses_is_the_engine_error() {
+        let trace = parse_trace("action,id,size,stream\nalloc,1,512,0\n").expect("a valid trace");
+        let options = ReplayOptions::default().with_page_mapping(None);
+        let config = Config::parse("expandable_segments:True").expect("a valid configuration");
+        let error = replay(&trace, &config, &options).expect_err("no pages to map");
+        assert_eq!(error, ReplayError::Engine(EngineError::PagesUnavailable));
+        assert_eq!(error.to_string(), EngineError::PagesUnavailable.to_string());
+    }
+}
