@@ -32,8 +32,8 @@ pub struct MemorySample {
     pub device_frees: u32,
 }
 
-/// An [`EventObserver`] of a replay that records an [`EventLog`] (time: the operation's index), the
-/// final layout, and [`MemorySample`]s.
+/// An [`EventObserver`] of a replay that records an [`EventLog`] (time: the operation's
+/// index), the final layout, and [`MemorySample`]s.
 #[derive(Debug)]
 pub struct ReplayRecorder {
     log: EventLog,
