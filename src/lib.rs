@@ -78,6 +78,9 @@ pub mod kernels;
 pub mod monitor;
 pub mod plot;
 pub mod pool;
+// Test and benchmark data, below every other module; no stability promise.
+#[doc(hidden)]
+pub mod rng;
 pub mod staging;
 pub mod trace;
 

@@ -267,7 +267,9 @@ fn the_engine_under_extreme_configurations_never_panics() {
                     Op::EmptyCache => engine.empty_cache(&mut device),
                 }
             }
-            engine.check_invariants().map_err(TestCaseError::fail)?;
+            engine
+                .check_invariants()
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
             Ok(())
         })
         .unwrap();

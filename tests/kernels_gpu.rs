@@ -6,7 +6,6 @@
 mod common;
 
 use wgpool::bench::half::{f16_bits_from_f32, f32_from_f16_bits};
-use wgpool::bench::rng::SplitMix64;
 use wgpool::bench::timing::{RunCounts, Timer, TimingMethod};
 use wgpool::gpu::sparse::adapter_page_mapping;
 use wgpool::gpu::transfer::{read_region, write_region};
@@ -16,6 +15,7 @@ use wgpool::kernels::{
     pattern_word,
 };
 use wgpool::pool::MemoryMode;
+use wgpool::rng::SplitMix64;
 
 /// Byte value of the guard pattern that fills every buffer before a kernel runs.
 const GUARD: u8 = 0xA5;

@@ -8,10 +8,10 @@
 
 mod common;
 
-use wgpool::bench::rng::SplitMix64;
 use wgpool::config::Config;
 use wgpool::engine::AllocError;
 use wgpool::pool::{Block, MemoryMode, MoveError, Pool, ReadWriteError, Residency};
+use wgpool::rng::SplitMix64;
 
 const THREADS: u64 = 8;
 const OPS_PER_THREAD: u64 = 20_000;

@@ -1,6 +1,7 @@
 //! Why a benchmark run failed.
 
 use crate::bench::timing::TimingError;
+use crate::bench::{MismatchError, ResidencyMovesError};
 use crate::engine::AllocError;
 use crate::gpu::scope::CaughtError;
 use crate::gpu::transfer::TransferError;
@@ -10,16 +11,18 @@ use crate::pool::{MoveError, PoolError};
 /// A failed benchmark. A wrong kernel result is [`BenchError::Verification`]; nothing is
 /// timed after it.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BenchError {
     /// A kernel produced a result that differs from the CPU reference.
-    #[error("VERIFICATION FAILED: {kernel} on {placement} operands: {detail}")]
+    #[error("VERIFICATION FAILED: {kernel} on {placement} operands: {source}")]
     Verification {
         /// `name_dtype` of the kernel.
         kernel: String,
         /// The placement (`raw`, `pool`, ...).
         placement: String,
         /// What differed, at which element.
-        detail: String,
+        #[source]
+        source: MismatchError,
     },
     /// The benchmark's settings cannot work on this device.
     #[error("{0}")]
@@ -60,6 +63,9 @@ pub enum BenchError {
     /// Moving a pool block between device and host memory failed.
     #[error(transparent)]
     Move(#[from] MoveError),
+    /// Measuring `Pool::offload` and `Pool::prefetch` of one block failed.
+    #[error("offload/prefetch: {0}")]
+    ResidencyMoves(#[from] ResidencyMovesError),
     /// Waiting for the device failed.
     #[error("waiting for the device: {0}")]
     Wait(#[source] wgpu::PollError),

@@ -29,20 +29,24 @@
 pub mod alloc_latency;
 mod error;
 pub mod half;
+mod mismatch_error;
 pub mod oversubscription;
 pub mod placement;
 pub mod pool_placement;
 pub mod reference;
 mod report;
 pub mod residency_moves;
-pub mod rng;
+mod residency_moves_error;
 mod run;
 pub mod table;
 pub mod timing;
 pub mod transfers;
 
+pub use crate::rng;
 pub use error::BenchError;
+pub use mismatch_error::MismatchError;
 pub use placement::{BufferRegion, OperandSet, OperandSource, RawBuffers};
 pub use pool_placement::{DEFAULT_POOL_CONF, PoolBlocks};
 pub use report::{BenchReport, KernelResult, MoveResult, Omission, PlacementPool};
+pub use residency_moves_error::ResidencyMovesError;
 pub use run::{BenchConfig, BenchEvent, default_sources, default_sources_with, run_bench};

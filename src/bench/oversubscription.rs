@@ -33,9 +33,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::bench::BenchError;
 use crate::bench::residency_moves;
 use crate::bench::timing::median;
+use crate::bench::{BenchError, MismatchError};
 use crate::config::Config;
 use crate::gpu::GpuContext;
 use crate::kernels::{KernelCall, Kernels};
@@ -367,11 +367,17 @@ impl Blocks {
             if found != expected {
                 return Err(BenchError::Verification {
                     kernel: "copy_u32".into(),
-                    placement: self.strategy.name().into(),
-                    detail: format!(
-                        "block {index} of {}: checksum {found:#010x}, expected {expected:#010x}",
+                    placement: format!(
+                        "{} (block {index} of {})",
+                        self.strategy.name(),
                         self.blocks.len()
                     ),
+                    source: MismatchError::Word {
+                        word: 0,
+                        detail: format!(
+                            "checksum {found:#010x}, {expected:#010x} when it was filled"
+                        ),
+                    },
                 });
             }
         }
@@ -466,8 +472,7 @@ pub fn measure(
             "oversubscription: at least one timed pass is needed".into(),
         ));
     }
-    let moves = residency_moves::measure(gpu, config.block_bytes, 1, 5)
-        .map_err(|error| BenchError::Config(format!("offload/prefetch: {error}")))?;
+    let moves = residency_moves::measure(gpu, config.block_bytes, 1, 5)?;
     let kernels = Kernels::new(gpu.device(), gpu.queue());
     let link = link_rates(gpu, config.block_bytes)?;
     let capabilities = gpu.capabilities();

@@ -9,7 +9,8 @@ use std::ops::Range;
 use crate::kernels::{Dtype, Kernel, checksum, pattern_word};
 
 use super::half::{f16_bits_from_f32, f32_from_f16_bits};
-use super::rng::SplitMix64;
+use super::mismatch_error::MismatchError;
+use crate::rng::SplitMix64;
 
 /// The scalar of scale and triad (STREAM's 3.0; exact in f16).
 pub const SCALAR: f32 = 3.0;
@@ -92,45 +93,45 @@ pub fn inputs(kernel: Kernel, words: usize, seed: u64) -> Vec<Vec<u32>> {
 }
 
 /// Checks a kernel's output words (or reduction result) against the CPU reference for
-/// `inputs`. Returns a description of the first difference.
+/// `inputs`.
+///
+/// # Errors
+///
+/// [`MismatchError`]: the first difference.
 pub fn check(
     kernel: Kernel,
     inputs: &[Vec<u32>],
     output: Option<&[u32]>,
     result: Option<u32>,
     words: usize,
-) -> Result<(), String> {
+) -> Result<(), MismatchError> {
     match kernel {
         Kernel::Checksum => {
             let want = checksum(&inputs[0], 0);
-            let got = result.ok_or("no result word")?;
+            let got = result.ok_or(MismatchError::NoResult)?;
             return if got == want {
                 Ok(())
             } else {
-                Err(format!(
-                    "checksum is {got:#010x}, CPU reference {want:#010x}"
-                ))
+                Err(MismatchError::Checksum { got, want })
             };
         }
         Kernel::Compare => {
             let want = (COMPARE_MISMATCHES as usize).min(words) as u32;
-            let got = result.ok_or("no result word")?;
+            let got = result.ok_or(MismatchError::NoResult)?;
             return if got == want {
                 Ok(())
             } else {
-                Err(format!(
-                    "compare counted {got} differing words, {want} were changed"
-                ))
+                Err(MismatchError::Compare { got, want })
             };
         }
         _ => {}
     }
-    let output = output.ok_or("no output")?;
+    let output = output.ok_or(MismatchError::NoOutput)?;
     if output.len() != words {
-        return Err(format!(
-            "output has {} words, expected {words}",
-            output.len()
-        ));
+        return Err(MismatchError::Length {
+            got: output.len(),
+            expected: words,
+        });
     }
     let failures: Vec<Option<(usize, String)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = chunks(words)
@@ -144,7 +145,7 @@ pub fn check(
     });
     match failures.into_iter().flatten().min_by_key(|(i, _)| *i) {
         None => Ok(()),
-        Some((_, detail)) => Err(detail),
+        Some((word, detail)) => Err(MismatchError::Word { word, detail }),
     }
 }
 
@@ -262,7 +263,9 @@ mod tests {
                 "{kernel:?}"
             );
             output[613] ^= 0x0040_0000; // a large change to the significand or a bit flip
-            let err = check(kernel, &inputs, Some(&output), None, WORDS).expect_err("wrong word");
+            let err = check(kernel, &inputs, Some(&output), None, WORDS)
+                .expect_err("wrong word")
+                .to_string();
             assert!(
                 err.contains("613") || err.contains("1226") || err.contains("1227"),
                 "{kernel:?}: {err}"

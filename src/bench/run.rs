@@ -11,6 +11,7 @@ use crate::kernels::{
 use crate::pool::Residency;
 
 use super::error::BenchError;
+use super::mismatch_error::MismatchError;
 use super::placement::{OperandSet, OperandSource, RawBuffers, create_operand_buffer};
 use super::pool_placement::PoolBlocks;
 use super::reference::{self, FILL_WORD, PATTERN_SEED, SCALAR};
@@ -391,10 +392,10 @@ fn prepare_kernel(
     };
     let label = format!("{}_{}", kernel.name(), kernel.dtype().as_str());
     reference::check(kernel, &input_words, output.as_deref(), result_word, words).map_err(
-        |detail| BenchError::Verification {
+        |mismatch| BenchError::Verification {
             kernel: label.clone(),
             placement: source.name().to_string(),
-            detail,
+            source: mismatch,
         },
     )?;
     check_uncaptured(ctx, &label)?;
@@ -491,11 +492,18 @@ fn bench_moves(
             found => Err(BenchError::Verification {
                 kernel: what.to_string(),
                 placement: "raw".to_string(),
-                detail: match found {
-                    Some(i) => {
-                        format!("word {i} is {:#010x}, source has {:#010x}", got[i], data[i])
-                    }
-                    None => format!("{} words came back, {} expected", got.len(), data.len()),
+                source: match found {
+                    Some(i) => MismatchError::Word {
+                        word: i,
+                        detail: format!(
+                            "word {i} is {:#010x}, source has {:#010x}",
+                            got[i], data[i]
+                        ),
+                    },
+                    None => MismatchError::Returned {
+                        got: got.len(),
+                        expected: data.len(),
+                    },
                 },
             }),
         }

@@ -106,6 +106,7 @@ impl RunCounts {
 
 /// Why a measurement failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TimingError {
     /// `timed` was 0.
     #[error("at least one timed run is needed")]

@@ -120,6 +120,7 @@ pub struct TransferReport {
 
 /// Why the transfer benchmark failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TransferBenchError {
     /// The settings cannot work on this device.
     #[error("transfer benchmark settings: {0}")]

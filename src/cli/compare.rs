@@ -57,7 +57,7 @@ pub fn run(
         .map(|(name, conf)| {
             let result = Config::parse(&conf)
                 .map_err(|e| e.to_string())
-                .and_then(|config| replay(trace, &config, options));
+                .and_then(|config| replay(trace, &config, options).map_err(|e| e.to_string()));
             match result {
                 Ok(report) => Row {
                     name,

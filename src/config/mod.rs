@@ -20,6 +20,7 @@ mod parse;
 mod roundup;
 
 pub use error::{CapError, ConfigError};
+pub(crate) use options::MAX_SIZE_MB;
 pub use options::{OPTIONS, OptionSpec, options_markdown_table};
 pub use roundup::RoundupDivisions;
 

@@ -2,7 +2,6 @@
 
 use super::roundup::MAX_DIVISIONS;
 use super::{Caching, Config, ConfigError, ExpandableSegments, Overflow, Policy, RoundupDivisions};
-use crate::engine::MAX_SEGMENT_SIZE;
 
 /// A value as written after `key:`: a scalar, or a bracketed list of `key:value` entries.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,9 +71,11 @@ fn parse_bool(text: &str) -> Result<bool, String> {
     }
 }
 
-/// The largest size option in MiB: the engine's largest segment (2 TiB less 512 B), in
-/// whole MiB. Larger sizes could not be represented in a block.
-pub(crate) const MAX_SIZE_MB: u64 = MAX_SEGMENT_SIZE / MIB;
+/// The largest size option in MiB: the engine's largest segment (2 TiB less 512 B, sizes in
+/// 512 B granules of 32 bits), in whole MiB. Larger sizes could not be represented in a
+/// block. The configuration sits below the engine, so it states the size itself; the engine
+/// checks at compile time that its `MAX_SEGMENT_SIZE` gives the same figure.
+pub(crate) const MAX_SIZE_MB: u64 = ((u32::MAX as u64) << 9) / MIB;
 /// The largest cap in MiB: what fits 64 bits in bytes.
 pub(crate) const MAX_CAP_MB: u64 = u64::MAX / MIB;
 

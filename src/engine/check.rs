@@ -1,6 +1,7 @@
 //! Snapshots of the engine's layout, and the recount that checks its invariants.
 
 use super::free_index::FreeKey;
+use super::invariant_error::InvariantError;
 use super::links::NONE;
 use super::pages::UnmappedOrder;
 use super::rounding::{MIN_BLOCK_SIZE, SegmentKind};
@@ -96,8 +97,8 @@ impl EngineState {
     /// allocated block is. In pages mode also: unmapped blocks start and end on page borders,
     /// no two are adjacent, none is allocated, each is indexed once; `reserved_bytes` is the
     /// mapped bytes; the idle pages list holds exactly the free blocks with a whole page; no
-    /// memory is held between calls. Returns a description of the first violation.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    /// memory is held between calls. Returns the first violation.
+    pub fn check_invariants(&self) -> Result<(), InvariantError> {
         let mut counted = super::MemoryStats::default();
         let mut indexed_free = 0usize;
         let mut unmapped_blocks = 0usize;
@@ -119,10 +120,10 @@ impl EngineState {
                     counted.oversize_segments.increase(1);
                 }
             } else if segment.size % page != 0 {
-                return Err(format!(
+                return Err(InvariantError::Layout(format!(
                     "range {:?} of {} B is not whole pages of {page} B",
                     segment.id, segment.size
-                ));
+                )));
             }
             let mut expected_offset = 0;
             let mut previous_free = false;
@@ -130,21 +131,21 @@ impl EngineState {
             let split = segment.blocks.len() > 1;
             for b in &segment.blocks {
                 if b.offset != expected_offset {
-                    return Err(format!(
+                    return Err(InvariantError::Layout(format!(
                         "segment {:?}: block at {} but expected {}",
                         segment.id, b.offset, expected_offset
-                    ));
+                    )));
                 }
                 if b.size == 0 || b.offset % MIN_BLOCK_SIZE != 0 || b.size % MIN_BLOCK_SIZE != 0 {
-                    return Err(format!(
+                    return Err(InvariantError::Layout(format!(
                         "segment {:?}: block {}+{} is not 512 B aligned",
                         segment.id, b.offset, b.size
-                    ));
+                    )));
                 }
                 expected_offset += b.size;
                 if !b.mapped {
                     if !self.paged || b.allocated {
-                        return Err(format!(
+                        return Err(InvariantError::Layout(format!(
                             "segment {:?}: block at {} is unmapped but {}",
                             segment.id,
                             b.offset,
@@ -153,19 +154,19 @@ impl EngineState {
                             } else {
                                 "not in pages mode"
                             }
-                        ));
+                        )));
                     }
                     if b.offset % page != 0 || b.size % page != 0 {
-                        return Err(format!(
+                        return Err(InvariantError::Layout(format!(
                             "range {:?}: unmapped block {}+{} is not whole pages of {page} B",
                             segment.id, b.offset, b.size
-                        ));
+                        )));
                     }
                     if previous_unmapped {
-                        return Err(format!(
+                        return Err(InvariantError::Layout(format!(
                             "range {:?}: two adjacent unmapped blocks at {}",
                             segment.id, b.offset
-                        ));
+                        )));
                     }
                     previous_unmapped = true;
                     previous_free = false;
@@ -190,10 +191,10 @@ impl EngineState {
                     }
                 } else {
                     if previous_free {
-                        return Err(format!(
+                        return Err(InvariantError::Layout(format!(
                             "segment {:?}: two adjacent free blocks at {}",
                             segment.id, b.offset
-                        ));
+                        )));
                     }
                     previous_free = true;
                     indexed_free += 1;
@@ -208,26 +209,26 @@ impl EngineState {
                 }
             }
             if expected_offset != segment.size {
-                return Err(format!(
+                return Err(InvariantError::Layout(format!(
                     "segment {:?}: blocks cover {} of {} bytes",
                     segment.id, expected_offset, segment.size
-                ));
+                )));
             }
             let mut cursor = s.head;
             let mut previous = NONE;
             while cursor != NONE {
                 let b = &self.blocks[cursor as usize];
                 if !b.in_use || b.segment != segment.id.0 || self.links.prev(cursor) != previous {
-                    return Err(format!(
+                    return Err(InvariantError::Layout(format!(
                         "segment {:?}: block {cursor} is not linked into it",
                         segment.id
-                    ));
+                    )));
                 }
                 if (b.pool, b.stream, b.base) != (s.pool, s.stream, s.base) {
-                    return Err(format!(
+                    return Err(InvariantError::Layout(format!(
                         "segment {:?}: block {cursor} has a stale copy of the segment's pool, stream or base",
                         segment.id
-                    ));
+                    )));
                 }
                 previous = cursor;
                 cursor = self.links.next(cursor);
@@ -240,10 +241,15 @@ impl EngineState {
                     || !self.links.is_free_block(key.block)
                     || key != self.key_of(key.block)
                 {
-                    return Err(format!("free index entry {key:?} does not match its block"));
+                    return Err(InvariantError::Index(format!(
+                        "free index entry {key:?} does not match its block"
+                    )));
                 }
                 if self.segments[b.segment as usize].pool != pool {
-                    return Err(format!("block {} indexed in the wrong pool", key.block));
+                    return Err(InvariantError::Index(format!(
+                        "block {} indexed in the wrong pool",
+                        key.block
+                    )));
                 }
             }
             let by_size = self.pages.unmapped_by_size[pool.index()].iter().map(
@@ -264,9 +270,9 @@ impl EngineState {
                     || key != self.key_of(key.block)
                     || b.pool != pool
                 {
-                    return Err(format!(
+                    return Err(InvariantError::Index(format!(
                         "unmapped index entry {key:?} does not match its block"
-                    ));
+                    )));
                 }
             }
         }
@@ -276,10 +282,10 @@ impl EngineState {
                 || !self.links.is_allocated(record)
                 || self.interior(record).as_ref() != Some(run)
             {
-                return Err(format!(
+                return Err(InvariantError::Index(format!(
                     "evicted block {record} with run {run:?} is not an allocated block with \
                      that interior"
-                ));
+                )));
             }
         }
         // One index holds every unmapped block; the other, which the policy does not read,
@@ -291,11 +297,11 @@ impl EngineState {
             UnmappedOrder::Address => (by_address, by_size),
         };
         if kept != unmapped_blocks || other != 0 {
-            return Err(format!(
+            return Err(InvariantError::Index(format!(
                 "{unmapped_blocks} unmapped blocks, {by_size} indexed by size and \
                  {by_address} by address ({:?} kept)",
                 self.pages.order
-            ));
+            )));
         }
         // The list holds exactly the wholly free segments, least recently idle first.
         idle.sort_unstable();
@@ -305,9 +311,9 @@ impl EngineState {
             .map(|s| (self.segments[s as usize].idle_since, s))
             .collect();
         if listed != idle || self.idle.len() != idle.len() {
-            return Err(format!(
+            return Err(InvariantError::Index(format!(
                 "idle segments {idle:?} but the engine lists {listed:?}"
-            ));
+            )));
         }
         // In pages mode, the idle pages list holds exactly the free blocks with a whole page.
         idle_pages.sort_unstable();
@@ -324,28 +330,28 @@ impl EngineState {
             .collect();
         listed.sort_unstable();
         if listed != idle_pages || self.pages.idle_pages.len() != idle_pages.len() {
-            return Err(format!(
+            return Err(InvariantError::Index(format!(
                 "free blocks with idle pages {idle_pages:?} but the engine lists {listed:?}"
-            ));
+            )));
         }
         if self.pages.stats.held_bytes != 0 {
-            return Err(format!(
+            return Err(InvariantError::Statistics(format!(
                 "{} bytes held between calls",
                 self.pages.stats.held_bytes
-            ));
+            )));
         }
         let indexed = self.free_index[0].len() + self.free_index[1].len();
         if indexed != indexed_free {
-            return Err(format!(
+            return Err(InvariantError::Index(format!(
                 "{indexed} blocks indexed but {indexed_free} free blocks exist"
-            ));
+            )));
         }
         if counted.currents() != self.stats.currents() {
-            return Err(format!(
+            return Err(InvariantError::Statistics(format!(
                 "statistics differ from a recount:\n  kept    {:?}\n  counted {:?}",
                 self.stats.currents(),
                 counted.currents()
-            ));
+            )));
         }
         Ok(())
     }

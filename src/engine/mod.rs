@@ -40,6 +40,7 @@ mod error;
 mod evict;
 pub(crate) mod free_index;
 mod idle;
+mod invariant_error;
 mod links;
 mod pages;
 mod policy;
@@ -60,6 +61,7 @@ pub use error::{
     AllocError, EngineError, FreeError, OomCause, OutOfMemory, RoomShortfall, SizeLimit,
 };
 pub use evict::EvictError;
+pub use invariant_error::InvariantError;
 pub use pages::PageStats;
 pub use rounding::SegmentKind;
 pub use source::{PageMapping, SegmentSource, SourceError, SourceErrorKind, VirtualSegments};
@@ -439,8 +441,9 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// A description of the first violation found.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    /// [`InvariantError`]: the first violation found, by the part of the engine it
+    /// concerns, its message describing it.
+    pub fn check_invariants(&self) -> Result<(), InvariantError> {
         self.state.check_invariants()
     }
 }

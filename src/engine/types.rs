@@ -7,6 +7,9 @@ use super::source::PageMapping;
 /// 32 bits.
 pub const MAX_SEGMENT_SIZE: u64 = (u32::MAX as u64) << 9;
 
+// The configuration's largest size option is this segment size in whole MiB.
+const _: () = assert!(crate::config::MAX_SIZE_MB == MAX_SEGMENT_SIZE >> 20);
+
 /// A segment: one device allocation, as the [`SegmentSource`](super::SegmentSource) knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SegmentId(pub u32);

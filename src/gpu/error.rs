@@ -4,6 +4,7 @@
 ///
 /// Every variant's message says what was wrong and, where there is one, what to do about it.
 #[derive(thiserror::Error)]
+#[non_exhaustive]
 pub enum GpuError {
     /// The instance found no adapter at all on the enabled backends.
     #[error(

@@ -5,6 +5,7 @@ use super::error_log::error_text;
 
 /// A wgpu error caught by [`catch`].
 #[derive(Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CaughtError {
     /// The device ran out of memory.
     #[error("out of device memory: {0}")]

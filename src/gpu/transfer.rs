@@ -10,6 +10,7 @@ const CHUNK_BYTES: u64 = 64 << 20;
 
 /// Why an upload or readback failed.
 #[derive(thiserror::Error)]
+#[non_exhaustive]
 pub enum TransferError {
     /// Offset or size are not multiples of 4 bytes.
     #[error(

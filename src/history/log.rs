@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{Action, Event, History, SegmentPlacement, TorchSnapshot};
-use crate::engine::{Allocation, SegmentId, SegmentSnapshot};
+use super::{Action, Event, EventObserver, History, SegmentPlacement, TorchSnapshot, now_us};
+use crate::engine::{Allocation, SegmentId, SegmentKind, SegmentSnapshot};
 
 /// Where the log places the first segment: an address that looks like a CUDA device
 /// pointer. Segments follow one another, each 2 MiB aligned.
@@ -132,5 +132,35 @@ impl SegmentPlacement for EventLog {
 
     fn stream(&self, segment: &SegmentSnapshot) -> u32 {
         self.segment(segment.id).map_or(segment.stream, |(_, s)| s)
+    }
+}
+
+/// A log as the observer of a pool's memory: segments, ranges and pages are recorded at the
+/// wall-clock time ([`now_us`](super::now_us)) on stream 0 (the pool serves one stream).
+/// Allocations and frees are not recorded here: the pool records them itself, with their
+/// blocks' streams.
+impl EventObserver for EventLog {
+    fn on_segment_create(&mut self, id: SegmentId, size: u64, _pool: SegmentKind) {
+        self.segment_created(id, size, 0, now_us());
+    }
+
+    fn on_segment_release(&mut self, id: SegmentId, size: u64) {
+        self.segment_released(id, size, now_us());
+    }
+
+    fn on_range_reserve(&mut self, id: SegmentId, size: u64, _kind: SegmentKind) {
+        self.place(id, size, 0);
+    }
+
+    fn on_range_release(&mut self, id: SegmentId, _size: u64) {
+        self.unplace(id);
+    }
+
+    fn on_map(&mut self, id: SegmentId, runs: &[Range<u64>]) {
+        self.pages(Action::SegmentMap, id, runs, now_us());
+    }
+
+    fn on_unmap(&mut self, id: SegmentId, runs: &[Range<u64>]) {
+        self.pages(Action::SegmentUnmap, id, runs, now_us());
     }
 }

@@ -16,6 +16,8 @@
 
 mod event;
 mod log;
+mod observed;
+mod observer;
 mod recorder;
 mod ring;
 mod timeline;
@@ -23,6 +25,8 @@ mod torch;
 
 pub use event::{Action, Event};
 pub use log::EventLog;
+pub(crate) use observed::Observed;
+pub use observer::EventObserver;
 pub use recorder::{MemorySample, ReplayRecorder};
 pub use ring::History;
 pub use timeline::Timeline;

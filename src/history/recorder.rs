@@ -2,9 +2,8 @@
 
 use std::ops::Range;
 
-use super::{Action, EventLog, History, TorchSnapshot};
+use super::{Action, EventLog, EventObserver, History, TorchSnapshot};
 use crate::engine::{Allocation, Engine, SegmentId, SegmentKind, SegmentSnapshot};
-use crate::trace::ReplayObserver;
 
 /// The most points a memory curve keeps; longer replays keep each bucket's highest values.
 pub const MAX_SAMPLES: usize = 2000;
@@ -33,8 +32,8 @@ pub struct MemorySample {
     pub device_frees: u32,
 }
 
-/// A [`ReplayObserver`] that records an [`EventLog`] (time: the operation's index), the
-/// final layout, and [`MemorySample`]s.
+/// An [`EventObserver`] of a replay that records an [`EventLog`] (time: the operation's
+/// index), the final layout, and [`MemorySample`]s.
 #[derive(Debug)]
 pub struct ReplayRecorder {
     log: EventLog,
@@ -109,7 +108,7 @@ impl ReplayRecorder {
     }
 }
 
-impl ReplayObserver for ReplayRecorder {
+impl EventObserver for ReplayRecorder {
     fn before_alloc(&mut self, op: usize, _size: u64, stream: u32) {
         self.stream = stream;
         self.op = op as u64;

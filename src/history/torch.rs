@@ -25,6 +25,7 @@ use crate::engine::{SegmentKind, SegmentSnapshot};
 
 /// A snapshot that could not be written.
 #[derive(Error)]
+#[non_exhaustive]
 pub enum SnapshotError {
     /// Encoding the pickle failed.
     #[error("cannot encode the snapshot pickle: {0}")]

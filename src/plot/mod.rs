@@ -12,6 +12,7 @@ use thiserror::Error;
 
 /// A picture that could not be drawn or written.
 #[derive(Error)]
+#[non_exhaustive]
 pub enum PlotError {
     /// The drawing library refused (its message).
     #[error("cannot draw the plot: {0}")]

@@ -18,7 +18,7 @@ use crate::engine::{
 };
 use crate::format::bytes;
 use crate::gpu::sparse::{PagedMemory, sparse_device};
-use crate::history::{Action, EventLog, now_us};
+use crate::history::{Action, EventLog, Observed};
 
 /// Device memory a pool holds and what holding it cost in the driver, as the memory layer
 /// (not the engine) counts it.
@@ -130,9 +130,7 @@ pub(crate) fn choose(
     match sparse_device(device) {
         Ok(sparse) => {
             let pages = PagedMemory::new(device, queue, usage, label, options.chunk_policy)
-                .map_err(|e| PoolError::PageMapping {
-                    reason: e.to_string(),
-                })?;
+                .map_err(|source| PoolError::PageMapping { source })?;
             let reason = format!(
                 "Vulkan sparse binding, {} pages, binds on {}",
                 bytes(sparse.page_size()),
@@ -293,13 +291,18 @@ impl Backing {
         }
     }
 
-    /// Runs `call` on the source and counts a change when the device memory held moved.
+    /// Runs `call` on the source, wrapped so that the history (while the pool records it)
+    /// hears of what the call did, and counts a change when the device memory held moved.
     fn with_source<R>(&mut self, call: impl FnOnce(&mut dyn SegmentSource) -> R) -> R {
         let before = self.device_bytes();
-        let result = match &mut self.source {
-            Source::Segments(segments) => call(segments),
-            Source::Pages(pages) => call(&mut **pages),
+        let source: &mut dyn SegmentSource = match &mut self.source {
+            Source::Segments(segments) => segments,
+            Source::Pages(pages) => &mut **pages,
         };
+        let result = call(&mut Observed {
+            source,
+            observer: &mut self.history,
+        });
         if self.device_bytes() != before {
             self.changes.fetch_add(1, Ordering::Relaxed);
         }
@@ -337,17 +340,10 @@ impl SegmentSource for Backing {
         size: u64,
         kind: SegmentKind,
     ) -> Result<(), SourceError> {
-        self.with_source(|source| source.create_segment(id, size, kind))?;
-        if let Some(log) = &mut self.history {
-            log.segment_created(id, size, 0, now_us());
-        }
-        Ok(())
+        self.with_source(|source| source.create_segment(id, size, kind))
     }
 
     fn release_segment(&mut self, id: SegmentId, size: u64) {
-        if let Some(log) = &mut self.history {
-            log.segment_released(id, size, now_us());
-        }
         self.with_source(|source| source.release_segment(id, size));
     }
 
@@ -364,35 +360,20 @@ impl SegmentSource for Backing {
         size: u64,
         kind: SegmentKind,
     ) -> Result<(), SourceError> {
-        self.with_source(|source| source.reserve_range(id, size, kind))?;
-        if let Some(log) = &mut self.history {
-            log.place(id, size, 0);
-        }
-        Ok(())
+        self.with_source(|source| source.reserve_range(id, size, kind))
     }
 
     fn release_range(&mut self, id: SegmentId, size: u64) {
-        if let Some(log) = &mut self.history {
-            log.unplace(id);
-        }
         self.wrappers.released(id.0);
         self.with_source(|source| source.release_range(id, size));
     }
 
     fn map_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
-        self.with_source(|source| source.map_pages(id, runs))?;
-        if let Some(log) = &mut self.history {
-            log.pages(Action::SegmentMap, id, runs, now_us());
-        }
-        Ok(())
+        self.with_source(|source| source.map_pages(id, runs))
     }
 
     fn unmap_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
-        self.with_source(|source| source.unmap_pages(id, runs))?;
-        if let Some(log) = &mut self.history {
-            log.pages(Action::SegmentUnmap, id, runs, now_us());
-        }
-        Ok(())
+        self.with_source(|source| source.unmap_pages(id, runs))
     }
 
     fn release_held(&mut self, bytes: u64) {

@@ -21,7 +21,7 @@ use super::error::BindingError;
 ///   reaches another block's data), which no longer holds the block's contents. Such a group
 ///   is [stale](Self::is_stale): [`try_bind_group`](Self::try_bind_group) refuses it,
 ///   recording it otherwise logs an error, and
-///   [`Kernels::submit`](crate::kernels::Kernels::submit) refuses a prepared kernel built on
+///   `kernels::Kernels::submit` refuses a prepared kernel built on
 ///   a block that moved. Build the group again from the block.
 ///
 /// ```no_run

@@ -3,7 +3,7 @@
 //!
 //! A bind group names memory, not a [`Block`] handle: it can be recorded again long after
 //! the block that it was built from is dropped. [`PoolBindGroup`](super::PoolBindGroup) and
-//! [`PreparedKernel`](crate::kernels::PreparedKernel) therefore hold a `BlockRef` for each
+//! `kernels::PreparedKernel` therefore hold a `BlockRef` for each
 //! block they bind. The memory returns to the pool only when the block is dropped **and**
 //! every reference to it is gone, and then under the usual rule for recorded commands
 //! (see [`FreeTiming`](super::FreeTiming)): recordings that used a reference count as

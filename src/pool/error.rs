@@ -5,6 +5,7 @@ use thiserror::Error;
 use crate::engine::EngineError;
 use crate::format::bytes;
 use crate::gpu::scope::CaughtError;
+use crate::gpu::sparse::NoPageMapping;
 use crate::gpu::transfer::TransferError;
 
 /// Why a pool could not be created.
@@ -50,10 +51,11 @@ pub enum PoolError {
         reason: String,
     },
     /// The device can map pages, but setting up its page-mapped memory failed.
-    #[error("page-mapped memory could not be set up: {reason}")]
+    #[error("page-mapped memory could not be set up: {source}")]
     PageMapping {
-        /// What failed.
-        reason: String,
+        /// What failed, as the page-mapping layer says it.
+        #[source]
+        source: NoPageMapping,
     },
     /// Residency was asked for ([`PoolOptions::with_residency`](super::PoolOptions::with_residency))
     /// where the pool cannot keep it.

@@ -20,7 +20,7 @@ pub const DEFAULT_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
 ///
 /// Each thread records on its own. A thread's **recording** opens when it first exposes a
 /// block (takes a binding, operand, slice or buffer, or records a
-/// [`PoolBindGroup`](super::PoolBindGroup) or [`PreparedKernel`](crate::kernels::PreparedKernel))
+/// [`PoolBindGroup`](super::PoolBindGroup) or `kernels::PreparedKernel`)
 /// and closes at that thread's next submission point: [`Pool::submit`](super::Pool::submit),
 /// [`Pool::mark_submitted`](super::Pool::mark_submitted) or
 /// [`mark_submitted`](super::mark_submitted)`(&device)`, through any pool of the device. A

@@ -22,7 +22,7 @@ impl Pool {
     }
 
     /// A submission point for the calling thread without submitting: call it after your own
-    /// `queue.submit` (or after [`Kernels::run`](crate::kernels::Kernels::run), which
+    /// `queue.submit` (or after `kernels::Kernels::run`, which
     /// submits), once every command this thread recorded so far is submitted. Covers every
     /// pool on the device, like [`mark_submitted`](super::mark_submitted)`(&device)`.
     pub fn mark_submitted(&self) {

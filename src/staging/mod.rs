@@ -23,7 +23,7 @@
 //! download buffers (`MAP_READ | COPY_DST`) sit in cached host memory, filled by DMA at
 //! about 50 GB/s.
 //!
-//! Measured with [`bench::transfers`](crate::bench::transfers) on an H200 (16 cores, 1 GiB
+//! Measured with `bench::transfers` (the `wgpool bench` command) on an H200 (16 cores, 1 GiB
 //! per transfer, default settings: 8 threads, 64 MiB chunks, 4 in flight): `upload` from a
 //! slice 26.9 GB/s, `download_into` a pre-faulted slice 26.6 GB/s (30.3 with 16 MiB chunks),
 //! a filled `StagingBuffer`'s upload 396 GB/s, a `ReadbackBuffer` download 52 GB/s;

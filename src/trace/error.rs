@@ -49,6 +49,7 @@ impl std::fmt::Display for Position {
 /// A trace that cannot be read or replayed. Messages quote at most a short excerpt of the
 /// input, however long the offending field is.
 #[derive(Error)]
+#[non_exhaustive]
 pub enum TraceError {
     /// The input is malformed at `position`.
     #[error("{position}: {message}")]

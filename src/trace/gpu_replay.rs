@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::error::Position;
 use super::ops::{Trace, TraceOp};
 use super::replay::{ReplayOptions, replay};
+use super::replay_error::ReplayError;
 use crate::config::Config;
 use crate::engine::AllocError;
 use crate::gpu::sparse::ChunkPolicy;
@@ -222,10 +223,11 @@ pub enum GpuReplayError {
     Pool(#[from] PoolError),
     /// The engine-alone replay for `engine_ns_per_op` failed (it runs the same
     /// configuration the pool accepted, so this is not expected).
-    #[error("replaying the trace through the engine alone failed: {message}")]
+    #[error("replaying the trace through the engine alone failed: {source}")]
     EngineBaseline {
-        /// What failed.
-        message: String,
+        /// The replay's error.
+        #[source]
+        source: ReplayError,
     },
     /// An allocation of the trace failed with an error other than out-of-memory (which is
     /// counted, not an error): a request above the largest block the pool serves
@@ -462,7 +464,7 @@ fn engine_baseline(
         .with_page_mapping(pool.page_mapping())
         .with_max_segment_size(Some(gpu.limits().max_buffer_size));
     let report = replay(&scaled, config, &options)
-        .map_err(|message| GpuReplayError::EngineBaseline { message })?;
+        .map_err(|source| GpuReplayError::EngineBaseline { source })?;
     Ok(report.ns_per_op_median)
 }
 

@@ -6,11 +6,12 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::cuda_addresses::CudaAddressModel;
-use super::observe::{Observed, ReplayObserver};
 use super::oracle::{OracleCheck, OracleReport, OracleSegments, Outcome, explain};
+use super::replay_error::ReplayError;
 use super::{Trace, TraceOp};
 use crate::config::{Config, Policy};
 use crate::engine::{AllocError, BlockId, Engine, EngineLimits, PageMapping, VirtualSegments};
+use crate::history::{EventObserver, Observed};
 
 /// What a replay measured. Serialized as `wgpool replay --json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -204,13 +205,13 @@ fn note_stream(stream: u32, seen: &mut u32, source: &mut OracleSegments) {
 }
 
 /// Replays the first `stop` operations (all of them for `None`).
-fn run_once<O: ReplayObserver>(
+fn run_once<O: EventObserver>(
     trace: &Trace,
     config: &Config,
     options: &ReplayOptions,
     observer: &mut O,
     stop: Option<usize>,
-) -> Result<RunResult, String> {
+) -> Result<RunResult, ReplayError> {
     // The replay models a device that can map pages (by default an H200 with sparse
     // binding).
     let virtual_device = VirtualSegments::unlimited().with_pages(options.page_mapping);
@@ -220,14 +221,17 @@ fn run_once<O: ReplayObserver>(
     if let Some(bytes) = options.max_segment_size {
         limits = limits.with_max_segment_size(bytes);
     }
-    let mut engine = Engine::new(config.clone(), limits).map_err(|e| e.to_string())?;
+    let mut engine = Engine::new(config.clone(), limits)?;
     // Free pieces of split segments add records beyond the live blocks.
     engine.reserve_blocks(2 * trace.slots + 64);
     let mut source = OracleSegments::new(virtual_device);
     if options.cuda_addresses && !options.oracle && config.policy == Policy::Pytorch {
         source = source.with_cuda_addresses(CudaAddressModel::new());
     }
-    let mut device = Observed { source, observer };
+    let mut device = Observed {
+        source: &mut source,
+        observer,
+    };
     let mut check = options.oracle.then(OracleCheck::default);
     let mut streams_seen: u32 = 0;
     let mut slots: Vec<Option<(BlockId, u64, u32)>> = vec![None; trace.slots];
@@ -243,7 +247,7 @@ fn run_once<O: ReplayObserver>(
                 if size == 0 {
                     continue;
                 }
-                note_stream(stream, &mut streams_seen, &mut device.source);
+                note_stream(stream, &mut streams_seen, device.source);
                 if O::ACTIVE {
                     device.observer.before_alloc(i, size, stream);
                 }
@@ -269,14 +273,19 @@ fn run_once<O: ReplayObserver>(
                             device.observer.on_oom(i, size, stream);
                         }
                     }
-                    Err(e) => return Err(format!("{}: {e}", trace.position(i))),
+                    Err(e) => {
+                        return Err(ReplayError::Alloc {
+                            position: trace.position(i),
+                            source: Box::new(e),
+                        });
+                    }
                 }
             }
             TraceOp::Refused { size, stream } => {
                 if size == 0 {
                     continue;
                 }
-                note_stream(stream, &mut streams_seen, &mut device.source);
+                note_stream(stream, &mut streams_seen, device.source);
                 device.source.expect(None);
                 let result = engine.allocate(size, stream, &mut device);
                 if let Some(check) = check.as_mut() {
@@ -285,15 +294,18 @@ fn run_once<O: ReplayObserver>(
                 match result {
                     // The recording allocator refused it and the trace never frees it: it
                     // holds nothing afterwards here either.
-                    Ok(a) => engine
-                        .free(a.block, &mut device)
-                        .map_err(|e| e.to_string())?,
+                    Ok(a) => engine.free(a.block, &mut device)?,
                     Err(AllocError::OutOfMemory(_)) => {
                         if O::ACTIVE {
                             device.observer.on_oom(i, size, stream);
                         }
                     }
-                    Err(e) => return Err(format!("{}: {e}", trace.position(i))),
+                    Err(e) => {
+                        return Err(ReplayError::Alloc {
+                            position: trace.position(i),
+                            source: Box::new(e),
+                        });
+                    }
                 }
             }
             TraceOp::Free { slot } => {
@@ -304,7 +316,7 @@ fn run_once<O: ReplayObserver>(
                     {
                         device.observer.on_free(i, &a, stream);
                     }
-                    engine.free(block, &mut device).map_err(|e| e.to_string())?;
+                    engine.free(block, &mut device)?;
                 }
             }
         }
@@ -314,7 +326,10 @@ fn run_once<O: ReplayObserver>(
         if options.check_every_op {
             engine
                 .check_invariants()
-                .map_err(|e| format!("after {}: {e}", trace.position(i)))?;
+                .map_err(|source| ReplayError::Invariant {
+                    position: trace.position(i),
+                    source,
+                })?;
         }
     }
     let elapsed_ns = start.elapsed().as_nanos();
@@ -335,7 +350,7 @@ fn oracle_report(
     config: &Config,
     options: &ReplayOptions,
     check: &OracleCheck,
-) -> Result<OracleReport, String> {
+) -> Result<OracleReport, ReplayError> {
     let first_divergence = match check.first {
         None => None,
         Some((op, expected, got)) => {
@@ -367,24 +382,25 @@ fn oracle_report(
 ///
 /// # Errors
 ///
-/// A message naming the trace line, for a configuration the engine refuses, a request it
-/// cannot serve other than by out-of-memory, or an invariant broken under `check_every_op`.
+/// [`ReplayError`]: a configuration the engine refuses, a request it cannot serve other than
+/// by out-of-memory, or an invariant broken under `check_every_op`; the last two name the
+/// operation of the trace.
 pub fn replay(
     trace: &Trace,
     config: &Config,
     options: &ReplayOptions,
-) -> Result<ReplayReport, String> {
+) -> Result<ReplayReport, ReplayError> {
     replay_observed(trace, config, options, &mut ())
 }
 
 /// [`replay`], with `observer` watching the first run (the one the memory figures come
 /// from).
-pub fn replay_observed<O: ReplayObserver>(
+pub fn replay_observed<O: EventObserver>(
     trace: &Trace,
     config: &Config,
     options: &ReplayOptions,
     observer: &mut O,
-) -> Result<ReplayReport, String> {
+) -> Result<ReplayReport, ReplayError> {
     let first = run_once(trace, config, options, observer, None)?;
     let timing_options = ReplayOptions {
         check_every_op: false,

@@ -11,7 +11,7 @@
 
 use std::fmt::Write;
 
-use wgpool::bench::rng::SplitMix64;
+use wgpool::rng::SplitMix64;
 
 /// The trace: `allocations` allocations and as many frees, with at most `live_bound` bytes
 /// live after each free. Returns the CSV text and the bytes requested in all.

@@ -307,6 +307,7 @@ fn adapter_support(hal_adapter: &wgpu::hal::vulkan::Adapter) -> Result<AdapterPa
 /// Why a device cannot map pages.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}")]
+#[non_exhaustive]
 pub struct NoPageMapping {
     /// The reason, in words.
     pub reason: String,

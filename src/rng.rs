@@ -1,4 +1,6 @@
-//! A small deterministic random generator (SplitMix64) for benchmark and test data.
+//! Internal, with no stability promise: a small deterministic random generator (SplitMix64)
+//! for benchmark and test data. It sits at the bottom of the crate, beside `format`, so that
+//! tests and benchmarks reach it without the `cli` feature; `bench::rng` re-exports it.
 
 /// SplitMix64 (Steele, Lea, Flood): 64 bits of state, passes BigCrush, and any seed is fine.
 /// Not for cryptography.
