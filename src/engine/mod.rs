@@ -41,6 +41,7 @@ mod evict;
 pub(crate) mod free_index;
 mod idle;
 mod links;
+mod mode;
 mod pages;
 mod policy;
 mod preload;
@@ -48,6 +49,7 @@ mod records;
 mod release;
 pub mod rounding;
 mod segments;
+mod simulated;
 mod source;
 mod split_merge;
 mod state;
@@ -62,11 +64,13 @@ pub use error::{
 pub use evict::EvictError;
 pub use pages::PageStats;
 pub use rounding::SegmentKind;
-pub use source::{PageMapping, SegmentSource, SourceError, SourceErrorKind, VirtualSegments};
+pub use simulated::VirtualSegments;
+pub use source::{PageMapping, SegmentSource, SourceError, SourceErrorKind};
 pub use stats::{MemoryStats, Stat, StatArray};
 pub use types::{Allocation, BlockId, EngineLimits, MAX_SEGMENT_SIZE, MemoryMode, SegmentId};
 
-use crate::config::{Caching, Config, ExpandableSegments, Policy};
+use crate::config::{Config, Policy};
+pub(crate) use mode::decide_memory_mode;
 use pages::{PageLayout, PageState, UnmappedOrder};
 use policy::{PlacementPolicy, Request};
 use preload::preload_record;
@@ -96,20 +100,42 @@ impl Engine {
     /// source that cannot; `backend:passthrough` always). [`EngineError::PagesUnavailable`]
     /// for `True` on a source that cannot.
     pub fn new(config: Config, limits: EngineLimits) -> Result<Engine, EngineError> {
+        Engine::build(config, limits, None)
+    }
+
+    /// Creates an engine with no segments in `mode`, decided beforehand by
+    /// [`decide_memory_mode`] from the same configuration and page mapping (the memory
+    /// layer's plan), so that the engine and the memory behind it never disagree.
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::new`]; [`EngineError::PagesUnavailable`] for [`MemoryMode::Pages`]
+    /// where `limits` carry no usable page mapping.
+    pub(crate) fn with_mode(
+        config: Config,
+        limits: EngineLimits,
+        mode: MemoryMode,
+    ) -> Result<Engine, EngineError> {
+        Engine::build(config, limits, Some(mode))
+    }
+
+    /// [`Engine::new`] (`mode` is `None`: decided here) and [`Engine::with_mode`].
+    fn build(
+        config: Config,
+        limits: EngineLimits,
+        mode: Option<MemoryMode>,
+    ) -> Result<Engine, EngineError> {
         config.validate()?;
         let cap = config.memory_cap(limits.device_memory)?;
-        // A source whose largest range cannot hold one of its pages cannot map any.
-        let page_mapping = limits
-            .page_mapping
-            .filter(|m| m.max_range.min(MAX_SEGMENT_SIZE) >= m.page.max(1));
-        let paged = match (config.expandable(), page_mapping) {
-            (ExpandableSegments::False, _) => false,
-            (_, None) if config.expandable() == ExpandableSegments::True => {
-                return Err(EngineError::PagesUnavailable);
-            }
-            (_, None) => false,
-            (_, Some(_)) => config.backend == Caching::Native,
+        let mode = match mode {
+            Some(mode) => mode,
+            None => decide_memory_mode(&config, limits.page_mapping)?,
         };
+        let page_mapping = mode::usable_page_mapping(limits.page_mapping);
+        if mode == MemoryMode::Pages && page_mapping.is_none() {
+            return Err(EngineError::PagesUnavailable);
+        }
+        let paged = mode == MemoryMode::Pages;
         let pages = match (paged, page_mapping) {
             (true, Some(mapping)) => {
                 // PyTorch maps 2 MiB pages for the small pool and pages of its large

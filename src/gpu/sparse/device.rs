@@ -65,6 +65,39 @@ pub struct SparseFacts {
     pub memory_budget: bool,
 }
 
+/// How many ranges of the usual size the device's address space holds: it is shared by
+/// every pool on the device and both kinds of each (small and large blocks), so that 16
+/// pools find room (lavapipe: 2 GiB of address space, ranges of 64 MiB).
+const RANGES_PER_ADDRESS_SPACE: u64 = 32;
+
+impl SparseFacts {
+    /// The largest range a pool can reserve, hence its largest block in pages mode: the
+    /// device's largest buffer (Vulkan's `maxBufferSize` and wgpu's `max_buffer_size`, given
+    /// as `max_buffer_size`) within its sparse address space, rounded down to the page and
+    /// at least one page. 2 GiB - 4 KiB on lavapipe.
+    pub fn max_range(&self, max_buffer_size: u64) -> u64 {
+        let page = self.page_size;
+        let size = self.max_range_size.min(max_buffer_size);
+        (size / page * page).max(page)
+    }
+
+    /// The size of the address ranges a pool reserves for blocks that fit in one: a 32nd of
+    /// the sparse address space (every pool on the device shares it), no more than the
+    /// device memory rounded up to a power of two (a larger range could never be filled)
+    /// nor than [`max_range`](Self::max_range); a whole number of pages, at least one.
+    /// 64 MiB on lavapipe (2 GiB of address space), 32 GiB on an H200 (1 TiB).
+    pub fn range_size(&self, max_buffer_size: u64) -> u64 {
+        let page = self.page_size;
+        let share = self.address_space / RANGES_PER_ADDRESS_SPACE;
+        let memory = self
+            .heap_size
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX);
+        let size = self.max_range(max_buffer_size).min(share).min(memory);
+        (size / page * page).max(page)
+    }
+}
+
 impl SparseDevice {
     /// The facts pools size their ranges and chunks from.
     pub fn facts(&self) -> SparseFacts {

@@ -27,7 +27,6 @@ mod gate;
 mod open;
 mod paged;
 mod range;
-mod source;
 mod timeline;
 
 pub use chunks::{ChunkCounters, ChunkPolicy};

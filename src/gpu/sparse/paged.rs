@@ -210,8 +210,6 @@ pub struct PagedMemory {
     spare_bytes: u64,
     range_bytes: u64,
     counters: PagedCounters,
-    /// Held memory as the engine counts it (see the `SegmentSource` impl).
-    pub(super) engine_held: u64,
     /// Whether wgpu accepted buffers of `usage` (checked before the first range).
     usage_checked: bool,
     /// wgpu's `max_buffer_size` on the device: every range is a wgpu buffer.
@@ -235,8 +233,21 @@ impl PagedMemory {
         policy: ChunkPolicy,
     ) -> Result<PagedMemory, NoPageMapping> {
         let sparse = sparse_device(device)?;
+        Ok(PagedMemory::on(sparse, device, queue, usage, label, policy))
+    }
+
+    /// Page-mapped memory for ranges of `usage` on `device`, whose page mapping `sparse` is
+    /// (from [`sparse_device`]).
+    pub fn on(
+        sparse: SparseDevice,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        usage: wgpu::BufferUsages,
+        label: &str,
+        policy: ChunkPolicy,
+    ) -> PagedMemory {
         let page = sparse.page_size();
-        Ok(PagedMemory {
+        PagedMemory {
             chunks: Chunks::new(page, policy, sparse.facts().heap_size),
             sparse,
             device: device.clone(),
@@ -249,12 +260,11 @@ impl PagedMemory {
             spare_bytes: 0,
             range_bytes: 0,
             counters: PagedCounters::default(),
-            engine_held: 0,
             usage_checked: false,
             max_buffer_size: device.limits().max_buffer_size,
             work_clock: None,
             last_unbind_signal: None,
-        })
+        }
     }
 
     /// Tells the memory when work that may use its pages is submitted: `points` grows at or
@@ -273,8 +283,24 @@ impl PagedMemory {
     }
 
     /// wgpu's `max_buffer_size` on the device.
-    pub(super) fn max_buffer_size(&self) -> u64 {
+    pub(crate) fn max_buffer_size(&self) -> u64 {
         self.max_buffer_size
+    }
+
+    /// The size of the address ranges the engine reserves for blocks that fit in one
+    /// ([`SparseFacts::range_size`](super::SparseFacts::range_size)): 64 MiB on lavapipe
+    /// (2 GiB of address space), 32 GiB on an H200 (1 TiB). A larger block gets a range of
+    /// its own size, up to [`max_range`](Self::max_range).
+    pub fn range_size(&self) -> u64 {
+        self.sparse.facts().range_size(self.max_buffer_size)
+    }
+
+    /// The largest range the pool can reserve, hence its largest block in pages mode
+    /// ([`SparseFacts::max_range`](super::SparseFacts::max_range)): 2 GiB - 4 KiB on
+    /// lavapipe. Such a range is reserved only when the address space has room for it
+    /// beside every other pool's.
+    pub fn max_range(&self) -> u64 {
+        self.sparse.facts().max_range(self.max_buffer_size)
     }
 
     /// The page size: every offset and length of a map or unmap is a multiple of it.
