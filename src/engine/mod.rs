@@ -16,8 +16,11 @@
 //! block and segment records), `state` (the layout the policies read), `split_merge`,
 //! `segments` (creation, release, virtual addresses), `release` (the retry chain), `policy`
 //! (one file per placement policy, behind one trait), `preload` (the engine's only `unsafe`:
-//! a CPU cache hint), `check` (snapshots and the recount), `evict` (pages mode: allocated
-//! blocks whose interior pages are unmapped), `stats` and `summary`.
+//! a CPU cache hint), `check` (snapshots and the recount), `mode` (the memory mode, decided
+//! once), `source` (the [`SegmentSource`] trait) and `simulated` ([`VirtualSegments`]),
+//! `page_layout` (pages mode's sizes and state) and `pages` (ranges mapped and unmapped),
+//! `evict` (pages mode: allocated blocks whose interior pages are unmapped), `stats` and
+//! `summary`.
 //!
 //! ```
 //! use wgpool::config::Config;
@@ -42,6 +45,7 @@ pub(crate) mod free_index;
 mod idle;
 mod links;
 mod mode;
+mod page_layout;
 mod pages;
 mod policy;
 mod preload;
@@ -62,7 +66,7 @@ pub use error::{
     AllocError, EngineError, FreeError, OomCause, OutOfMemory, RoomShortfall, SizeLimit,
 };
 pub use evict::EvictError;
-pub use pages::PageStats;
+pub use page_layout::PageStats;
 pub use rounding::SegmentKind;
 pub use simulated::VirtualSegments;
 pub use source::{PageMapping, SegmentSource, SourceError, SourceErrorKind};
@@ -71,7 +75,7 @@ pub use types::{Allocation, BlockId, EngineLimits, MAX_SEGMENT_SIZE, MemoryMode,
 
 use crate::config::{Config, Policy};
 pub(crate) use mode::decide_memory_mode;
-use pages::{PageLayout, PageState, UnmappedOrder};
+use page_layout::{PageLayout, PageState, UnmappedOrder};
 use policy::{PlacementPolicy, Request};
 use preload::preload_record;
 use rounding::round_request;
