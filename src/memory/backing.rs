@@ -47,7 +47,7 @@ pub(crate) fn for_plan(
 
 /// The memory behind a device pool's engine, and the pool's event log while it records.
 pub(crate) struct Backing {
-    pub source: Source,
+    source: Source,
     /// Counts the calls that changed the device memory held (a segment created or released,
     /// a chunk allocated or freed), shared with the pool so that a watcher can tell without
     /// taking the pool's lock.
@@ -58,7 +58,7 @@ pub(crate) struct Backing {
 }
 
 /// Segment buffers, or page-mapped ranges.
-pub(crate) enum Source {
+enum Source {
     Segments(SegmentBuffers),
     Pages(Box<PagedSource>),
 }
@@ -191,6 +191,32 @@ impl Backing {
         match &self.source {
             Source::Segments(segments) => segments.counters().live_bytes,
             Source::Pages(pages) => pages.memory().usage().device_bytes,
+        }
+    }
+
+    /// The segment buffers, in segments mode (`None` in pages mode).
+    pub fn segments(&self) -> Option<&SegmentBuffers> {
+        match &self.source {
+            Source::Segments(segments) => Some(segments),
+            Source::Pages(_) => None,
+        }
+    }
+
+    /// The buffer of live range `id`, in pages mode (`None` for segments and for a range
+    /// that is not live).
+    pub fn range_buffer(&self, id: u32) -> Option<&wgpu::Buffer> {
+        match &self.source {
+            Source::Segments(_) => None,
+            Source::Pages(pages) => pages.memory().buffer(id),
+        }
+    }
+
+    /// Whether every page of `offset..offset + len` of range `id` is mapped (pages mode;
+    /// `false` for segments).
+    pub fn is_mapped(&self, id: u32, offset: u64, len: u64) -> bool {
+        match &self.source {
+            Source::Segments(_) => false,
+            Source::Pages(pages) => pages.memory().is_mapped(id, offset, len),
         }
     }
 

@@ -15,12 +15,10 @@
 //! - `residency`: which blocks to evict to make room under a budget (pure).
 //! - `device_memory`: device memory as this layer counts it ([`DeviceMemoryUsage`]) and the
 //!   device's size.
-//! - `check`: the memory checked against the engine.
 //!
 //! It imports the configuration, the engine, the gpu layer and history, and nothing above.
 
 mod backing;
-mod check;
 mod device_memory;
 mod host_tier;
 mod paged;
@@ -36,4 +34,5 @@ pub(crate) use host_tier::HostTier;
 pub use host_tier::{BINDABLE_HOST_USAGE, STAGING_HOST_USAGE};
 pub use paged::PagedSource;
 pub(crate) use plan::{PlanError, plan};
+pub(crate) use segments::SegmentBuffers;
 pub(crate) use wrappers::{EXPOSED, TRANSFERRED, WorkClock};

@@ -1,6 +1,8 @@
 //! `check_consistency`: the engine's invariants plus the memory behind its segments.
 
 use super::Pool;
+use crate::engine::Engine;
+use crate::memory::{Backing, SegmentBuffers};
 
 impl Pool {
     /// Checks the engine's invariants (statistics equal a recount, blocks tile their
@@ -14,10 +16,63 @@ impl Pool {
     /// A description of the first inconsistency found.
     pub fn check_consistency(&self) -> Result<(), String> {
         let state = self.shared.lock_flushed();
-        state.memory.check(&state.engine)?;
+        match state.memory.segments() {
+            Some(segments) => check_tier(&state.engine, segments)?,
+            None => check_pages(&state.engine, &state.memory)?,
+        }
         if let Some(host) = &state.host {
-            host.check().map_err(|e| format!("host memory: {e}"))?;
+            check_tier(&host.engine, &host.segments).map_err(|e| format!("host memory: {e}"))?;
         }
         Ok(())
     }
+}
+
+/// Checks one engine's invariants and that every segment has a buffer of its size.
+fn check_tier(engine: &Engine, segments: &SegmentBuffers) -> Result<(), String> {
+    engine.check_invariants()?;
+    for segment in engine.snapshot() {
+        let buffer = segments.buffer(segment.id);
+        if buffer.size() != segment.size {
+            return Err(format!(
+                "segment {} has {} bytes but its buffer {}",
+                segment.id.0,
+                segment.size,
+                buffer.size()
+            ));
+        }
+    }
+    let live = segments.live_buffers();
+    let count = engine.memory_stats().segment.all.current as usize;
+    if live != count {
+        return Err(format!("{live} segment buffers exist for {count} segments"));
+    }
+    Ok(())
+}
+
+/// Checks the engine's invariants, that every range has a buffer of its size and that every
+/// live block lies on mapped pages.
+fn check_pages(engine: &Engine, pages: &Backing) -> Result<(), String> {
+    engine.check_invariants()?;
+    for range in engine.snapshot() {
+        let Some(buffer) = pages.range_buffer(range.id.0) else {
+            return Err(format!("range {} has no buffer", range.id.0));
+        };
+        if buffer.size() < range.size {
+            return Err(format!(
+                "range {} has {} bytes but its buffer {}",
+                range.id.0,
+                range.size,
+                buffer.size()
+            ));
+        }
+        for block in range.blocks.iter().filter(|b| b.allocated) {
+            if !pages.is_mapped(range.id.0, block.offset, block.size) {
+                return Err(format!(
+                    "the live block at {}+{} of range {} lies on unmapped pages",
+                    block.offset, block.size, range.id.0
+                ));
+            }
+        }
+    }
+    Ok(())
 }
