@@ -207,6 +207,7 @@ impl Pool {
             &options.label,
             options.chunk_policy,
         );
+        debug_assert_eq!(engine.memory_mode(), memory.mode(), "one plan, one mode");
         let mode_reason = plan.reason;
         let residents = match &options.residency {
             Some(residency) => Some(residents_for(
