@@ -18,7 +18,7 @@ use crate::gpu::sparse::{ChunkPolicy, PagedMemory};
 use crate::history::{Action, EventLog, now_us};
 
 /// Fixed segment buffers of `usage`.
-pub(crate) fn segments(device: &wgpu::Device, usage: wgpu::BufferUsages, label: &str) -> Backing {
+fn segment_buffers(device: &wgpu::Device, usage: wgpu::BufferUsages, label: &str) -> Backing {
     Backing::new(Source::Segments(SegmentBuffers::new(
         device.clone(),
         usage,
@@ -41,7 +41,7 @@ pub(crate) fn for_plan(
             let memory = PagedMemory::on(sparse.clone(), device, queue, usage, label, policy);
             Backing::new(Source::Pages(Box::new(PagedSource::new(memory))))
         }
-        _ => segments(device, usage, label),
+        _ => segment_buffers(device, usage, label),
     }
 }
 
