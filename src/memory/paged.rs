@@ -212,3 +212,53 @@ impl std::fmt::Debug for PagedSource {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::SourceErrorKind;
+
+    /// The engine sees the device's page, its largest range and the usual range.
+    #[test]
+    fn page_mapping_follows_the_device_facts() {
+        let lavapipe = SparseFacts {
+            page_size: 4096,
+            address_space: 2 << 30,
+            max_range_size: 2 << 30,
+            own_queue: false,
+            memory_type: 0,
+            heap_size: 8 << 30,
+            heap_index: 0,
+            memory_budget: false,
+        };
+        let mapping = page_mapping_of(&lavapipe, u64::MAX);
+        assert_eq!(
+            (mapping.page, mapping.max_range, mapping.range),
+            (4096, 2 << 30, 64 << 20)
+        );
+    }
+
+    /// Memory and address space run out for the retry chain; anything else does not.
+    #[test]
+    fn sparse_errors_keep_their_kind_for_the_engine() {
+        let out_of_memory = SparseError::OutOfMemory {
+            bytes: 1 << 20,
+            result: ash::vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
+        };
+        let address_space = SparseError::AddressSpace {
+            requested: 1 << 30,
+            in_use: 1 << 30,
+            total: 2 << 30,
+        };
+        let invalid = SparseError::Invalid("range 3 is not reserved".into());
+        let kinds = [out_of_memory, address_space, invalid].map(|e| SourceError::from(e).kind());
+        assert_eq!(
+            kinds,
+            [
+                SourceErrorKind::OutOfMemory,
+                SourceErrorKind::AddressSpace,
+                SourceErrorKind::Other
+            ]
+        );
+    }
+}

@@ -429,3 +429,52 @@ pub(crate) fn lookup(handle: vk::Device) -> Result<SparseDevice, String> {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn facts(
+        page_size: u64,
+        address_space: u64,
+        max_range_size: u64,
+        heap_size: u64,
+    ) -> SparseFacts {
+        SparseFacts {
+            page_size,
+            address_space,
+            max_range_size,
+            own_queue: false,
+            memory_type: 0,
+            heap_size,
+            heap_index: 0,
+            memory_budget: false,
+        }
+    }
+
+    /// Ranges are a 32nd of the address space, at most the device memory rounded up to a
+    /// power of two and the largest range, whole pages, and never below one page.
+    #[test]
+    fn ranges_share_the_address_space_and_stay_whole_pages() {
+        // lavapipe: 2 GiB of address space, buffers of up to 2 GiB.
+        let lavapipe = facts(4096, 2 * GIB, 2 * GIB, 8 * GIB);
+        assert_eq!(lavapipe.max_range(u64::MAX), 2 * GIB);
+        assert_eq!(
+            lavapipe.max_range(2 * GIB - 1),
+            2 * GIB - 4096,
+            "rounded down to pages"
+        );
+        assert_eq!(lavapipe.range_size(u64::MAX), 64 << 20);
+        // An H200: 1 TiB of address space, 141 GiB of memory (256 GiB as a power of two).
+        let h200 = facts(64 << 10, 1 << 40, 1 << 40, 141 * GIB);
+        assert_eq!(h200.range_size(u64::MAX), 32 * GIB);
+        // A small device: the memory, not the address space, bounds the range.
+        let small = facts(4096, 1 << 40, 1 << 40, 3 * GIB);
+        assert_eq!(small.range_size(u64::MAX), 4 * GIB);
+        // Largest buffer below a page: still one page.
+        assert_eq!(lavapipe.max_range(100), 4096);
+        assert_eq!(lavapipe.range_size(100), 4096);
+    }
+}
