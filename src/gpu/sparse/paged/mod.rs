@@ -137,7 +137,7 @@ impl PagedMemory {
         self.max_buffer_size
     }
 
-    /// The size of the address ranges the engine reserves for blocks that fit in one
+    /// The size of the address ranges a pool reserves for blocks that fit in one
     /// ([`SparseFacts::range_size`](super::SparseFacts::range_size)): 64 MiB on lavapipe
     /// (2 GiB of address space), 32 GiB on an H200 (1 TiB). A larger block gets a range of
     /// its own size, up to [`max_range`](Self::max_range).
