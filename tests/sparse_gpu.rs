@@ -403,18 +403,19 @@ fn binds_and_submissions_from_other_threads_stay_correct() {
 #[test]
 fn the_segment_source_holds_unmapped_memory_and_frees_what_the_engine_releases() {
     use wgpool::engine::{SegmentId, SegmentKind, SegmentSource};
-    let mut memory = paged();
+    use wgpool::memory::PagedSource;
+    let mut memory = PagedSource::new(paged());
     let mapping = memory.page_mapping().unwrap();
-    let facts = memory.sparse().facts();
+    let facts = memory.memory().sparse().facts();
     assert_eq!(mapping.page, facts.page_size);
     // Usual ranges leave room for many pools; the largest is the device's largest buffer.
-    assert_eq!(mapping.range, memory.range_size());
+    assert_eq!(mapping.range, memory.memory().range_size());
     assert!(
         mapping.range <= facts.address_space / 32,
         "{mapping:?} {facts:?}"
     );
     assert!(mapping.range >= 64 << 20, "{mapping:?}");
-    assert_eq!(mapping.max_range, memory.max_range());
+    assert_eq!(mapping.max_range, memory.memory().max_range());
     assert!(
         mapping.max_range > facts.max_range_size / 2 && mapping.max_range <= facts.address_space,
         "{mapping:?} {facts:?}"
@@ -425,44 +426,51 @@ fn the_segment_source_holds_unmapped_memory_and_frees_what_the_engine_releases()
     memory
         .map_pages(id, &[0..1 << 20, 2 << 20..3 << 20])
         .unwrap();
-    assert_eq!(memory.counters().bind_calls, 1, "one bind per call");
-    assert_eq!(memory.counters().chunks.allocations, 1);
+    assert_eq!(
+        memory.memory().counters().bind_calls,
+        1,
+        "one bind per call"
+    );
+    assert_eq!(memory.memory().counters().chunks.allocations, 1);
     memory.unmap_pages(id, &[0..1 << 20]).unwrap();
     assert_eq!(
-        memory.usage().device_bytes,
+        memory.memory().usage().device_bytes,
         2 << 20,
         "unmapped memory stays held"
     );
     // The chunk still backs mapped pages: nothing can be freed, and nothing more is.
     memory.release_held(1 << 20);
-    assert_eq!(memory.usage().device_bytes, 2 << 20);
+    assert_eq!(memory.memory().usage().device_bytes, 2 << 20);
     // That stranded megabyte serves the next map: no new chunk.
     memory.map_pages(id, &[1 << 20..2 << 20]).unwrap();
-    assert_eq!(memory.counters().chunks.allocations, 1);
+    assert_eq!(memory.memory().counters().chunks.allocations, 1);
     memory.unmap_pages(id, &[1 << 20..3 << 20]).unwrap();
     memory.release_held(2 << 20);
     assert_eq!(
-        memory.usage().device_bytes,
+        memory.memory().usage().device_bytes,
         0,
         "every chunk idle and released"
     );
     SegmentSource::release_range(&mut memory, id, 4 << 20);
-    assert_eq!(memory.usage().ranges, 0);
+    assert_eq!(memory.memory().usage().ranges, 0);
 
     // A fixed segment is a range of its own, wholly mapped, freed on release.
     memory
         .create_segment(SegmentId(2), 3 << 20, SegmentKind::Large)
         .unwrap();
-    assert!(memory.is_mapped(2, 0, 3 << 20));
+    assert!(memory.memory().is_mapped(2, 0, 3 << 20));
     memory.release_segment(SegmentId(2), 3 << 20);
-    assert_eq!(memory.usage().device_bytes, 0);
+    assert_eq!(memory.memory().usage().device_bytes, 0);
 
     // Past the cap, and past the address space: out of memory, for the retry chain.
-    memory.set_limit(Some(1 << 20));
+    memory.memory_mut().set_limit(Some(1 << 20));
     SegmentSource::reserve_range(&mut memory, id, 4 << 20, SegmentKind::Large).unwrap();
     let error = memory.map_pages(id, &[0..2 << 20]).unwrap_err();
     assert!(error.is_out_of_memory(), "{error}");
-    assert!(!memory.is_mapped(1, 0, 4096), "a failed map maps nothing");
+    assert!(
+        !memory.memory().is_mapped(1, 0, 4096),
+        "a failed map maps nothing"
+    );
     let too_big = facts.address_space + facts.page_size;
     let error =
         SegmentSource::reserve_range(&mut memory, SegmentId(3), too_big, SegmentKind::Large)
@@ -715,6 +723,26 @@ fn pools_on_a_device_with_sparse_binding_map_pages_by_default() {
         "{}",
         fixed.memory_summary()
     );
+}
+
+/// The memory mode is decided once, for the engine and the memory alike: a pool that does
+/// not cache (`backend:passthrough`) keeps fixed segments on a device that maps pages under
+/// `expandable_segments:auto`, and says why.
+#[test]
+fn a_pool_that_does_not_cache_keeps_fixed_segments_on_a_page_mapping_device() {
+    let conf = "expandable_segments:auto,backend:passthrough";
+    let pool = Pool::from_context(gpu(), Config::parse(conf).unwrap()).unwrap();
+    assert_eq!(pool.memory_mode(), MemoryMode::Segments);
+    assert_eq!(pool.device_memory_usage().mode, MemoryMode::Segments);
+    assert_eq!(pool.page_mapping(), None);
+    assert_eq!(
+        pool.memory_mode_reason(),
+        "the engine keeps fixed segments under caching:passthrough"
+    );
+    let block = pool.alloc(1 << 20).unwrap();
+    pool.write(&block, &[3u8; 4096]).unwrap();
+    assert_eq!(pool.read(&block).unwrap()[..4096], [3u8; 4096]);
+    pool.check_consistency().unwrap();
 }
 
 /// A pool on the shared device that maps pages.

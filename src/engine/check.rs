@@ -3,7 +3,7 @@
 use super::free_index::FreeKey;
 use super::invariant_error::InvariantError;
 use super::links::NONE;
-use super::pages::UnmappedOrder;
+use super::page_layout::UnmappedOrder;
 use super::rounding::{MIN_BLOCK_SIZE, SegmentKind};
 use super::state::EngineState;
 use super::types::SegmentId;
@@ -199,7 +199,7 @@ impl EngineState {
                     previous_free = true;
                     indexed_free += 1;
                     if self.paged {
-                        if super::pages::holds_page(b.offset, b.size, page) {
+                        if super::page_layout::holds_page(b.offset, b.size, page) {
                             idle_pages.push((segment.id.0, b.offset));
                         }
                     } else if split {

@@ -19,7 +19,7 @@ use std::ops::Range;
 
 use super::Engine;
 use super::error::{FreeError, OomCause};
-use super::pages::round_up_to_page;
+use super::page_layout::round_up_to_page;
 use super::segments::NoSegment;
 use super::source::{SegmentSource, SourceError};
 use super::state::EngineState;

@@ -16,8 +16,11 @@
 //! block and segment records), `state` (the layout the policies read), `split_merge`,
 //! `segments` (creation, release, virtual addresses), `release` (the retry chain), `policy`
 //! (one file per placement policy, behind one trait), `preload` (the engine's only `unsafe`:
-//! a CPU cache hint), `check` (snapshots and the recount), `evict` (pages mode: allocated
-//! blocks whose interior pages are unmapped), `stats` and `summary`.
+//! a CPU cache hint), `check` (snapshots and the recount), `mode` (the memory mode, decided
+//! once), `source` (the [`SegmentSource`] trait) and `simulated` ([`VirtualSegments`]),
+//! `page_layout` (pages mode's sizes and state) and `pages` (ranges mapped and unmapped),
+//! `evict` (pages mode: allocated blocks whose interior pages are unmapped), `stats` and
+//! `summary`.
 //!
 //! ```
 //! use wgpool::config::Config;
@@ -42,6 +45,8 @@ pub(crate) mod free_index;
 mod idle;
 mod invariant_error;
 mod links;
+mod mode;
+mod page_layout;
 mod pages;
 mod policy;
 mod preload;
@@ -49,6 +54,7 @@ mod records;
 mod release;
 pub mod rounding;
 mod segments;
+mod simulated;
 mod source;
 mod split_merge;
 mod state;
@@ -62,14 +68,16 @@ pub use error::{
 };
 pub use evict::EvictError;
 pub use invariant_error::InvariantError;
-pub use pages::PageStats;
+pub use page_layout::PageStats;
 pub use rounding::SegmentKind;
-pub use source::{PageMapping, SegmentSource, SourceError, SourceErrorKind, VirtualSegments};
+pub use simulated::VirtualSegments;
+pub use source::{PageMapping, SegmentSource, SourceError, SourceErrorKind};
 pub use stats::{MemoryStats, Stat, StatArray};
 pub use types::{Allocation, BlockId, EngineLimits, MAX_SEGMENT_SIZE, MemoryMode, SegmentId};
 
-use crate::config::{Caching, Config, ExpandableSegments, Policy};
-use pages::{PageLayout, PageState, UnmappedOrder};
+use crate::config::{Config, Policy};
+pub(crate) use mode::decide_memory_mode;
+use page_layout::{PageLayout, PageState, UnmappedOrder};
 use policy::{PlacementPolicy, Request};
 use preload::preload_record;
 use rounding::round_request;
@@ -98,20 +106,42 @@ impl Engine {
     /// source that cannot; `backend:passthrough` always). [`EngineError::PagesUnavailable`]
     /// for `True` on a source that cannot.
     pub fn new(config: Config, limits: EngineLimits) -> Result<Engine, EngineError> {
+        Engine::build(config, limits, None)
+    }
+
+    /// Creates an engine with no segments in `mode`, decided beforehand by
+    /// [`decide_memory_mode`] from the same configuration and page mapping (the memory
+    /// layer's plan), so that the engine and the memory behind it never disagree.
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::new`]; [`EngineError::PagesUnavailable`] for [`MemoryMode::Pages`]
+    /// where `limits` carry no usable page mapping.
+    pub(crate) fn with_mode(
+        config: Config,
+        limits: EngineLimits,
+        mode: MemoryMode,
+    ) -> Result<Engine, EngineError> {
+        Engine::build(config, limits, Some(mode))
+    }
+
+    /// [`Engine::new`] (`mode` is `None`: decided here) and [`Engine::with_mode`].
+    fn build(
+        config: Config,
+        limits: EngineLimits,
+        mode: Option<MemoryMode>,
+    ) -> Result<Engine, EngineError> {
         config.validate()?;
         let cap = config.memory_cap(limits.device_memory)?;
-        // A source whose largest range cannot hold one of its pages cannot map any.
-        let page_mapping = limits
-            .page_mapping
-            .filter(|m| m.max_range.min(MAX_SEGMENT_SIZE) >= m.page.max(1));
-        let paged = match (config.expandable(), page_mapping) {
-            (ExpandableSegments::False, _) => false,
-            (_, None) if config.expandable() == ExpandableSegments::True => {
-                return Err(EngineError::PagesUnavailable);
-            }
-            (_, None) => false,
-            (_, Some(_)) => config.backend == Caching::Native,
+        let mode = match mode {
+            Some(mode) => mode,
+            None => decide_memory_mode(&config, limits.page_mapping)?,
         };
+        let page_mapping = mode::usable_page_mapping(limits.page_mapping);
+        if mode == MemoryMode::Pages && page_mapping.is_none() {
+            return Err(EngineError::PagesUnavailable);
+        }
+        let paged = mode == MemoryMode::Pages;
         let pages = match (paged, page_mapping) {
             (true, Some(mapping)) => {
                 // PyTorch maps 2 MiB pages for the small pool and pages of its large

@@ -5,7 +5,7 @@ use super::error::SizeLimit;
 use super::free_index::{FreeIndex, FreeKey};
 use super::idle::IdleList;
 use super::links::BlockLinks;
-use super::pages::PageState;
+use super::page_layout::PageState;
 use super::records::{BlockCold, BlockRecord, SegmentRecord};
 use super::rounding::{MIN_BLOCK_SIZE, SMALL_SIZE, SegmentKind};
 use super::stats::MemoryStats;

@@ -1,6 +1,6 @@
 //! `memory_summary`: the statistics as a fixed-width text table.
 
-use super::pages::PageStats;
+use super::page_layout::PageStats;
 use super::stats::{MemoryStats, Stat, StatArray};
 use super::types::MemoryMode;
 use crate::config::Config;

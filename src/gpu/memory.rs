@@ -42,12 +42,43 @@ impl DeviceMemoryInfo {
         // created or destroyed through it; the Vulkan calls below only read properties of the
         // physical device that the adapter owns.
         let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
-        let shared = hal.shared_instance();
-        let instance = shared.raw_instance();
-        let physical_device = hal.raw_physical_device();
         let capabilities = hal.physical_device_capabilities();
-        let device_api = capabilities.properties().api_version;
         let has_budget_extension = capabilities.supports_extension(ash::ext::memory_budget::NAME);
+        Some(Self::read(
+            hal.shared_instance(),
+            hal.raw_physical_device(),
+            capabilities.properties().api_version,
+            has_budget_extension,
+        ))
+    }
+
+    /// Reads the heaps of the physical device behind `device`, without budget and usage
+    /// (the device's own extensions are not known here). Returns `None` when the device is
+    /// not a Vulkan device.
+    pub(crate) fn query_device(device: &wgpu::Device) -> Option<DeviceMemoryInfo> {
+        // SAFETY: the hal device is borrowed only for this call; nothing is created or
+        // destroyed through it, and the query only reads properties of its own physical
+        // device.
+        let hal = unsafe { device.as_hal::<wgpu::hal::api::Vulkan>() }?;
+        Some(Self::read(
+            hal.shared_instance(),
+            hal.raw_physical_device(),
+            vk::API_VERSION_1_0,
+            false,
+        ))
+    }
+
+    /// The one raw Vulkan query of a physical device's heaps: with budget and usage where
+    /// the device has `VK_EXT_memory_budget` (`has_budget_extension`) and the instance can
+    /// chain the query (Vulkan 1.1 on both, per `device_api`, or
+    /// `VK_KHR_get_physical_device_properties2`), else the Vulkan 1.0 query.
+    fn read(
+        shared: &wgpu::hal::vulkan::InstanceShared,
+        physical_device: vk::PhysicalDevice,
+        device_api: u32,
+        has_budget_extension: bool,
+    ) -> DeviceMemoryInfo {
+        let instance = shared.raw_instance();
         let khr_properties2 = shared
             .extensions()
             .contains(&ash::khr::get_physical_device_properties2::NAME);
@@ -82,10 +113,7 @@ impl DeviceMemoryInfo {
                 unsafe { instance.get_physical_device_memory_properties(physical_device) };
             (properties, false)
         };
-        Some(Self::from_properties(
-            &properties,
-            budget_supported.then_some(&budget),
-        ))
+        Self::from_properties(&properties, budget_supported.then_some(&budget))
     }
 
     /// Builds the report from raw Vulkan memory properties (and budget, when present).

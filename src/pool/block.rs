@@ -46,12 +46,8 @@ pub(crate) struct BlockParts {
     pub residence: Option<Arc<Residence>>,
 }
 
-/// [`BlockParts::gpu_work`]: the block was exposed (its binding, operand, slice or buffer
-/// taken), so recorded commands may use it; their submission is marked by a submission point.
-pub(crate) const EXPOSED: u8 = 1;
-/// [`BlockParts::gpu_work`]: the crate submitted a transfer or move that reached the block's
-/// bytes, with no submission point after it.
-pub(crate) const TRANSFERRED: u8 = 2;
+/// The bits of [`BlockParts::gpu_work`], defined with the work clock that reads them.
+pub(crate) use crate::memory::{EXPOSED, TRANSFERRED};
 
 impl BlockParts {
     pub fn new(allocation: Allocation, buffer: wgpu::Buffer, residency: Residency) -> BlockParts {

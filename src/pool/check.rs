@@ -1,11 +1,9 @@
 //! `check_consistency`: the engine's invariants plus the memory behind its segments.
 
 use super::Pool;
-use super::backing::Source;
 use super::consistency_error::ConsistencyError;
-use super::segment_buffers::SegmentBuffers;
 use crate::engine::Engine;
-use crate::gpu::sparse::PagedMemory;
+use crate::memory::{Backing, SegmentBuffers};
 
 impl Pool {
     /// Checks the engine's invariants (statistics equal a recount, blocks tile their
@@ -20,9 +18,9 @@ impl Pool {
     /// [`ConsistencyError::Host`]) in the host memory.
     pub fn check_consistency(&self) -> Result<(), ConsistencyError> {
         let state = self.shared.lock_flushed();
-        match &state.memory.source {
-            Source::Segments(segments) => check_tier(&state.engine, segments)?,
-            Source::Pages(pages) => check_pages(&state.engine, pages)?,
+        match state.memory.segments() {
+            Some(segments) => check_tier(&state.engine, segments)?,
+            None => check_pages(&state.engine, &state.memory)?,
         }
         if let Some(host) = &state.host {
             check_tier(&host.engine, &host.segments)
@@ -58,10 +56,10 @@ fn check_tier(engine: &Engine, segments: &SegmentBuffers) -> Result<(), Consiste
 
 /// Checks the engine's invariants, that every range has a buffer of its size and that every
 /// live block lies on mapped pages.
-fn check_pages(engine: &Engine, pages: &PagedMemory) -> Result<(), ConsistencyError> {
+fn check_pages(engine: &Engine, pages: &Backing) -> Result<(), ConsistencyError> {
     engine.check_invariants()?;
     for range in engine.snapshot() {
-        let Some(buffer) = pages.buffer(range.id.0) else {
+        let Some(buffer) = pages.range_buffer(range.id.0) else {
             return Err(ConsistencyError::RangeWithoutBuffer { range: range.id.0 });
         };
         if buffer.size() < range.size {

@@ -33,17 +33,14 @@
 //! [`AllocError::OutOfMemory`](crate::engine::AllocError::OutOfMemory) with the engine's diagnostic; the pool stays usable.
 
 mod alloc;
-mod backing;
 mod bind_group;
 mod binding;
 mod block;
 mod block_ref;
 mod check;
 mod consistency_error;
-mod device_memory;
 mod error;
 mod history;
-mod host_tier;
 mod movement;
 mod options;
 mod pool_shared;
@@ -53,27 +50,24 @@ mod residence;
 mod residency;
 mod residency_api;
 mod residency_options;
-mod residency_plan;
 mod residents;
 mod reuse_cache;
-mod segment_buffers;
 mod stats;
 mod submission;
 mod submissions;
-mod wrappers;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use crate::engine::MemoryMode;
-pub use backing::DeviceMemoryUsage;
+pub use crate::memory::DeviceMemoryUsage;
+pub use crate::memory::{BINDABLE_HOST_USAGE, STAGING_HOST_USAGE};
 pub use bind_group::PoolBindGroup;
 pub use binding::{BindingAccess, BlockBindings};
 pub use block::Block;
 pub use block_ref::BlockRef;
 pub use consistency_error::ConsistencyError;
 pub use error::{BindingError, MoveError, PoolError, ReadWriteError, ResidencyError};
-pub use host_tier::{BINDABLE_HOST_USAGE, STAGING_HOST_USAGE};
 pub use options::{DEFAULT_USAGE, FreeTiming, HeldLimitAction, PoolOptions};
 pub use residency::Residency;
 pub use residency_api::ResidencyStats;
@@ -81,13 +75,13 @@ pub use residency_options::ResidencyOptions;
 pub use submissions::{Recording, mark_submitted};
 
 use crate::config::{Config, Overflow};
-use crate::engine::{Engine, EngineLimits, SegmentSource};
+use crate::engine::{Engine, EngineLimits};
 use crate::gpu::GpuContext;
+use crate::memory::{Backing, PlanError, WorkClock};
 use options::default_held_limit;
 use pool_shared::{BindingLimits, PoolShared, PoolState};
 use reuse_cache::ReuseCache;
 use submissions::DeviceSubmissions;
-use wrappers::WorkClock;
 
 /// A caching pool of device memory. Cheap to clone: clones share the same pool.
 /// `Pool` is `Send + Sync`; allocation and free from many threads are serialized by one lock
@@ -194,24 +188,29 @@ impl Pool {
         }
         let device_memory = options
             .device_memory
-            .or_else(|| device_memory::device_local_bytes(device));
-        let (mut memory, mode_reason) = backing::choose(device, queue, &config, usage, &options)?;
-        let mut mode_reason = mode_reason;
+            .or_else(|| crate::memory::device_local_bytes(device));
+        // The memory mode is decided once; the engine and the backing both follow the plan.
+        let plan = crate::memory::plan(&config, device).map_err(|error| match error {
+            PlanError::NoPageMapping(reason) => PoolError::PageMappingUnavailable { reason },
+            PlanError::Engine(error) => PoolError::Config(error),
+        })?;
         let engine_limits = EngineLimits::unlimited()
             .with_device_memory(device_memory)
             .with_max_segment_size(limits.max_buffer_size)
-            .with_page_mapping(memory.page_mapping());
+            .with_page_mapping(plan.page_mapping);
         let reuse = ReuseCache::new(config.max_split_size.unwrap_or(u64::MAX));
-        let engine = Engine::new(config, engine_limits).map_err(PoolError::Config)?;
-        if engine.memory_mode() == MemoryMode::Segments && memory.mode() == MemoryMode::Pages {
-            // The engine keeps fixed segments where it does not cache (caching:passthrough).
-            memory = backing::segments(device, usage, &options.label);
-            mode_reason = format!(
-                "the engine keeps fixed segments under caching:{}",
-                engine.config().backend.name()
-            );
-        }
-        let mut engine = engine;
+        let mut engine =
+            Engine::with_mode(config, engine_limits, plan.mode).map_err(PoolError::Config)?;
+        let mut memory = crate::memory::for_plan(
+            &plan,
+            device,
+            queue,
+            usage,
+            &options.label,
+            options.chunk_policy,
+        );
+        debug_assert_eq!(engine.memory_mode(), memory.mode(), "one plan, one mode");
+        let mode_reason = plan.reason;
         let residents = match &options.residency {
             Some(residency) => Some(residents_for(
                 residency,
@@ -377,7 +376,7 @@ impl std::fmt::Debug for Pool {
 fn residents_for(
     residency: &ResidencyOptions,
     options: &PoolOptions,
-    memory: &backing::Backing,
+    memory: &Backing,
     engine: &mut Engine,
     device_memory: Option<u64>,
     host_bindable: bool,

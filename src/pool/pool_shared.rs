@@ -5,10 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::Residency;
-use super::backing::Backing;
 use super::block::{BlockParts, TRANSFERRED};
 use super::error::PoolError;
-use super::host_tier::HostTier;
 use super::options::{FreeTiming, HeldLimitAction};
 use super::residence::UseClock;
 use super::residents::{Residents, free_host};
@@ -16,6 +14,8 @@ use super::reuse_cache::{self, CacheOwner, ReuseCache};
 use super::submissions::DeviceSubmissions;
 use crate::engine::{BlockId, Engine, SegmentId, SegmentKind};
 use crate::format::bytes;
+use crate::memory::Backing;
+use crate::memory::HostTier;
 
 /// Binding limits of the pool's usage, read from the device once.
 #[derive(Debug, Clone, Copy)]
@@ -294,12 +294,10 @@ impl PoolShared {
     pub fn host_tier<'a>(&self, state: &'a mut PoolState) -> Result<&'a mut HostTier, PoolError> {
         if state.host.is_none() {
             let limit = state.residents.as_ref().and_then(|r| r.host_limit);
-            state.host = Some(HostTier::new(
-                &self.device,
-                state.engine.config(),
-                &self.label,
-                limit,
-            )?);
+            state.host = Some(
+                HostTier::new(&self.device, state.engine.config(), &self.label, limit)
+                    .map_err(PoolError::Config)?,
+            );
         }
         Ok(state.host.as_mut().expect("just made"))
     }
@@ -331,7 +329,16 @@ pub(crate) fn free_to_engine(state: &mut PoolState, mut parts: BlockParts) {
     }
     let freed = match parts.residency {
         Residency::Device => {
-            state.memory.block_freed(&parts);
+            state.memory.block_freed(
+                parts.segment,
+                parts.offset,
+                parts.capacity,
+                parts.wrapper,
+                (
+                    parts.gpu_work.load(Ordering::Relaxed),
+                    parts.inherited_work.load(Ordering::Relaxed),
+                ),
+            );
             if let Some(log) = &mut state.memory.history
                 && let Some(allocation) = state.engine.allocation(parts.id)
             {

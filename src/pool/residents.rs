@@ -20,11 +20,11 @@ use super::block::BlockParts;
 use super::error::ResidencyError;
 use super::pool_shared::{PoolShared, PoolState};
 use super::residence::Residence;
-use super::residency_plan::{Candidate, Hold, choose_victims};
 use super::{Residency, ResidencyStats};
 use crate::engine::{AllocError, BlockId, EvictError, RoomShortfall};
 use crate::gpu::scope::catch;
 use crate::history::{Action, EVICTED, RESTORED};
+use crate::memory::residency::{Candidate, Hold, choose_victims};
 
 /// The tracked blocks of a pool with residency, and its budgets.
 pub(crate) struct Residents {

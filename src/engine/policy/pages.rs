@@ -31,7 +31,7 @@ use super::expandable::candidate_rule as expandable_best_fit;
 use super::{PlacementPolicy, Request};
 use crate::engine::error::AllocError;
 use crate::engine::free_index::FreeKey;
-use crate::engine::pages::round_up_to_page;
+use crate::engine::page_layout::round_up_to_page;
 use crate::engine::rounding::SegmentKind;
 use crate::engine::segments::NoSegment;
 use crate::engine::source::SegmentSource;

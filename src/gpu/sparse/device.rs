@@ -65,6 +65,39 @@ pub struct SparseFacts {
     pub memory_budget: bool,
 }
 
+/// How many ranges of the usual size the device's address space holds: it is shared by
+/// every pool on the device and both kinds of each (small and large blocks), so that 16
+/// pools find room (lavapipe: 2 GiB of address space, ranges of 64 MiB).
+const RANGES_PER_ADDRESS_SPACE: u64 = 32;
+
+impl SparseFacts {
+    /// The largest range a pool can reserve, hence its largest block in pages mode: the
+    /// device's largest buffer (Vulkan's `maxBufferSize` and wgpu's `max_buffer_size`, given
+    /// as `max_buffer_size`) within its sparse address space, rounded down to the page and
+    /// at least one page. 2 GiB - 4 KiB on lavapipe.
+    pub fn max_range(&self, max_buffer_size: u64) -> u64 {
+        let page = self.page_size;
+        let size = self.max_range_size.min(max_buffer_size);
+        (size / page * page).max(page)
+    }
+
+    /// The size of the address ranges a pool reserves for blocks that fit in one: a 32nd of
+    /// the sparse address space (every pool on the device shares it), no more than the
+    /// device memory rounded up to a power of two (a larger range could never be filled)
+    /// nor than [`max_range`](Self::max_range); a whole number of pages, at least one.
+    /// 64 MiB on lavapipe (2 GiB of address space), 32 GiB on an H200 (1 TiB).
+    pub fn range_size(&self, max_buffer_size: u64) -> u64 {
+        let page = self.page_size;
+        let share = self.address_space / RANGES_PER_ADDRESS_SPACE;
+        let memory = self
+            .heap_size
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX);
+        let size = self.max_range(max_buffer_size).min(share).min(memory);
+        (size / page * page).max(page)
+    }
+}
+
 impl SparseDevice {
     /// The facts pools size their ranges and chunks from.
     pub fn facts(&self) -> SparseFacts {
@@ -394,5 +427,54 @@ pub(crate) fn lookup(handle: vk::Device) -> Result<SparseDevice, String> {
                      sparse binding is not enabled on it"
                 .to_string(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn facts(
+        page_size: u64,
+        address_space: u64,
+        max_range_size: u64,
+        heap_size: u64,
+    ) -> SparseFacts {
+        SparseFacts {
+            page_size,
+            address_space,
+            max_range_size,
+            own_queue: false,
+            memory_type: 0,
+            heap_size,
+            heap_index: 0,
+            memory_budget: false,
+        }
+    }
+
+    /// Ranges are a 32nd of the address space, at most the device memory rounded up to a
+    /// power of two and the largest range, whole pages, and never below one page.
+    #[test]
+    fn ranges_share_the_address_space_and_stay_whole_pages() {
+        // lavapipe: 2 GiB of address space, buffers of up to 2 GiB.
+        let lavapipe = facts(4096, 2 * GIB, 2 * GIB, 8 * GIB);
+        assert_eq!(lavapipe.max_range(u64::MAX), 2 * GIB);
+        assert_eq!(
+            lavapipe.max_range(2 * GIB - 1),
+            2 * GIB - 4096,
+            "rounded down to pages"
+        );
+        assert_eq!(lavapipe.range_size(u64::MAX), 64 << 20);
+        // An H200: 1 TiB of address space, 141 GiB of memory (256 GiB as a power of two).
+        let h200 = facts(64 << 10, 1 << 40, 1 << 40, 141 * GIB);
+        assert_eq!(h200.range_size(u64::MAX), 32 * GIB);
+        // A small device: the memory, not the address space, bounds the range.
+        let small = facts(4096, 1 << 40, 1 << 40, 3 * GIB);
+        assert_eq!(small.range_size(u64::MAX), 4 * GIB);
+        // Largest buffer below a page: still one page.
+        assert_eq!(lavapipe.max_range(100), 4096);
+        assert_eq!(lavapipe.range_size(100), 4096);
     }
 }

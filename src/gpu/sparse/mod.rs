@@ -21,19 +21,21 @@
 //! correct while pools bind.
 
 mod chunks;
+mod counters;
 mod device;
 mod error;
 mod gate;
 mod open;
+mod page_plan;
 mod paged;
 mod range;
-mod source;
 mod timeline;
 
 pub use chunks::{ChunkCounters, ChunkPolicy};
+pub use counters::{PagedCounters, PagedUsage};
 pub use device::{SparseDevice, SparseFacts};
 pub use error::SparseError;
 pub use open::{
     AdapterPageMapping, NoPageMapping, adapter_page_mapping, request_device, sparse_device,
 };
-pub use paged::{PagedCounters, PagedMemory, PagedUsage};
+pub use paged::PagedMemory;

@@ -1,4 +1,4 @@
-//! Which blocks leave the device to make room under a budget: the pure core of residency,
+//! Residency's pure core: which blocks leave the device to make room under a budget,
 //! with no wgpu and no locks.
 //!
 //! The caller lists every tracked block on the device with the bytes its eviction gives

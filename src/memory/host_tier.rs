@@ -1,9 +1,8 @@
 //! Host-resident segments: where overflow and offloaded blocks live.
 
-use super::error::PoolError;
-use super::segment_buffers::SegmentBuffers;
+use super::segments::SegmentBuffers;
 use crate::config::{Caching, Config, ExpandableSegments};
-use crate::engine::{Engine, EngineLimits};
+use crate::engine::{Engine, EngineError, EngineLimits};
 
 /// Usages of host segments where the device has `MAPPABLE_PRIMARY_BUFFERS`: `MAP_READ`
 /// without `MAP_WRITE` places the memory in host RAM (docs/DESIGN-NOTES.md, "Where a buffer
@@ -28,7 +27,7 @@ pub(crate) struct HostTier {
 impl HostTier {
     /// A host tier for a pool on `device` configured by `config`. It keeps the pool's
     /// placement policy; its cap is `limit` (residency's host limit), not the device cap.
-    /// Without
+    /// Fails only where the engine refuses the configuration. Without
     /// `MAPPABLE_PRIMARY_BUFFERS` every host block gets a buffer of its own, so that mapping
     /// one to read it never blocks GPU use of another.
     pub fn new(
@@ -36,7 +35,7 @@ impl HostTier {
         config: &Config,
         label: &str,
         limit: Option<u64>,
-    ) -> Result<HostTier, PoolError> {
+    ) -> Result<HostTier, EngineError> {
         let bindable = device
             .features()
             .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
@@ -51,7 +50,7 @@ impl HostTier {
         host_config.expandable_segments = Some(ExpandableSegments::False);
         let limits =
             EngineLimits::unlimited().with_max_segment_size(device.limits().max_buffer_size);
-        let engine = Engine::new(host_config, limits).map_err(PoolError::Config)?;
+        let engine = Engine::new(host_config, limits)?;
         let usage = if bindable {
             BINDABLE_HOST_USAGE
         } else {

@@ -1,109 +1,24 @@
-//! What backs a device pool: fixed segment buffers, or page-mapped address ranges.
+//! What backs a device pool: fixed segment buffers, or page-mapped address ranges, as the
+//! pool's [`MemoryPlan`] decided.
 
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde::Serialize;
-
-use super::block::BlockParts;
-use super::error::PoolError;
-use super::options::PoolOptions;
-use super::segment_buffers::SegmentBuffers;
-use super::wrappers::{WorkClock, Wrappers};
-use crate::config::{Config, ExpandableSegments};
+use super::device_memory::DeviceMemoryUsage;
+use super::paged::PagedSource;
+use super::plan::MemoryPlan;
+use super::segments::SegmentBuffers;
+use super::wrappers::WorkClock;
 use crate::engine::{
     Allocation, MemoryMode, PageMapping, SegmentId, SegmentKind, SegmentSource, SourceError,
 };
-use crate::format::bytes;
-use crate::gpu::sparse::{PagedMemory, sparse_device};
+use crate::gpu::sparse::{ChunkPolicy, PagedMemory};
 use crate::history::{Action, EventLog, Observed};
 
-/// Device memory a pool holds and what holding it cost in the driver, as the memory layer
-/// (not the engine) counts it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[non_exhaustive]
-pub struct DeviceMemoryUsage {
-    /// The pool's mode.
-    pub mode: MemoryMode,
-    /// Bytes of device memory held now: segment buffers, or page chunks.
-    pub device_bytes: u64,
-    /// The peak of `device_bytes`.
-    pub device_bytes_peak: u64,
-    /// Time in the driver creating and destroying segment buffers, or allocating and
-    /// freeing chunks, binding pages, and creating and releasing ranges and their wrappers.
-    #[serde(serialize_with = "seconds")]
-    pub driver_time: Duration,
-    /// Of `driver_time`: getting and giving back memory (`create_buffer` and `destroy`, or
-    /// `vkAllocateMemory` and `vkFreeMemory`).
-    #[serde(serialize_with = "seconds")]
-    pub allocation_time: Duration,
-    /// Of `driver_time`: `vkQueueBindSparse` (and, where the device cannot order binds on
-    /// the GPU, their fence waits; where it can, the empty submission before each unbind);
-    /// zero for segments.
-    #[serde(serialize_with = "seconds")]
-    pub bind_time: Duration,
-    /// CPU waits for the GPU before pages were unmapped, and for pending binds before chunks
-    /// were freed or ranges released (not driver time; zero for segments).
-    #[serde(serialize_with = "seconds")]
-    pub unmap_wait_time: Duration,
-    /// Device memory allocations made (segment buffers, or chunks).
-    pub allocations: u64,
-    /// Device memory given back (segment buffers destroyed, or chunks freed).
-    pub frees: u64,
-    /// `vkQueueBindSparse` calls (0 for segments).
-    pub bind_calls: u64,
-    /// Times a new block overlapped freed bytes reached through different wrappers, so
-    /// that all later GPU work was ordered after all submitted work first (0 for segments;
-    /// see [`Block::buffer`](super::Block::buffer)).
-    pub wrapper_orderings: u64,
-    /// CPU time those orderings took: an empty wgpu submission each, or where binds are not
-    /// ordered on the GPU, a wait for it (not driver time; zero for segments).
-    #[serde(serialize_with = "seconds")]
-    pub ordering_time: Duration,
-    /// Empty submissions that signal, for unbinds to wait for on the GPU, that all earlier
-    /// work is done (part of `bind_time`): one per unbind call where work on the pool's
-    /// blocks was submitted since the last, none otherwise (0 for segments).
-    pub unbind_signals: u64,
-    /// Address ranges created (sparse buffers; 0 for segments).
-    pub ranges_created: u64,
-    /// Address ranges released (0 for segments).
-    pub ranges_released: u64,
-    /// Extra wgpu wrappers made over ranges, so that blocks of one range get no barrier
-    /// between their dispatches (0 for segments).
-    pub wrappers_created: u64,
-    /// Of `driver_time`: creating and releasing ranges and their wrappers (zero for
-    /// segments).
-    #[serde(serialize_with = "seconds")]
-    pub range_time: Duration,
-}
-
-fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
-}
-
-/// What the configuration asks of page mapping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wanted {
-    /// Map pages, or fail (`expandable_segments:True`).
-    Required,
-    /// Map pages where the device can, else fixed segments (`expandable_segments:auto`).
-    Preferred,
-    /// Fixed segments (`expandable_segments:False`).
-    Never,
-}
-
-fn wanted(config: &Config) -> Wanted {
-    match config.expandable() {
-        ExpandableSegments::True => Wanted::Required,
-        ExpandableSegments::Auto => Wanted::Preferred,
-        ExpandableSegments::False => Wanted::Never,
-    }
-}
-
 /// Fixed segment buffers of `usage`.
-pub(crate) fn segments(device: &wgpu::Device, usage: wgpu::BufferUsages, label: &str) -> Backing {
+fn segment_buffers(device: &wgpu::Device, usage: wgpu::BufferUsages, label: &str) -> Backing {
     Backing::new(Source::Segments(SegmentBuffers::new(
         device.clone(),
         usage,
@@ -111,51 +26,28 @@ pub(crate) fn segments(device: &wgpu::Device, usage: wgpu::BufferUsages, label: 
     )))
 }
 
-/// The backing a new pool gets, and why: pages where the configuration allows and the device
-/// can map them, fixed segments otherwise. `expandable_segments:True` on a device that cannot
-/// map pages is an error.
-pub(crate) fn choose(
+/// The backing `plan` decided, of `usage` on `device`: page-mapped ranges whose chunks
+/// follow `policy` in pages mode, fixed segment buffers otherwise. Nothing is decided here.
+pub(crate) fn for_plan(
+    plan: &MemoryPlan,
     device: &wgpu::Device,
     queue: &wgpu::Queue,
-    config: &Config,
     usage: wgpu::BufferUsages,
-    options: &PoolOptions,
-) -> Result<(Backing, String), PoolError> {
-    let label = options.label.as_str();
-    let segments = || segments(device, usage, label);
-    let want = wanted(config);
-    if want == Wanted::Never {
-        return Ok((segments(), "expandable_segments:False".to_string()));
-    }
-    match sparse_device(device) {
-        Ok(sparse) => {
-            let pages = PagedMemory::new(device, queue, usage, label, options.chunk_policy)
-                .map_err(|source| PoolError::PageMapping { source })?;
-            let reason = format!(
-                "Vulkan sparse binding, {} pages, binds on {}",
-                bytes(sparse.page_size()),
-                if sparse.facts().own_queue {
-                    "a queue of the pool's own"
-                } else {
-                    "wgpu's queue (serialized with its submissions)"
-                }
-            );
-            Ok((Backing::new(Source::Pages(Box::new(pages))), reason))
+    label: &str,
+    policy: ChunkPolicy,
+) -> Backing {
+    match (plan.mode, &plan.sparse) {
+        (MemoryMode::Pages, Some(sparse)) => {
+            let memory = PagedMemory::on(sparse.clone(), device, queue, usage, label, policy);
+            Backing::new(Source::Pages(Box::new(PagedSource::new(memory))))
         }
-        Err(why) if want == Wanted::Preferred => Ok((
-            segments(),
-            format!(
-                "expandable_segments:auto, and the device cannot map pages: {}",
-                why.reason
-            ),
-        )),
-        Err(why) => Err(PoolError::PageMappingUnavailable { reason: why.reason }),
+        _ => segment_buffers(device, usage, label),
     }
 }
 
 /// The memory behind a device pool's engine, and the pool's event log while it records.
 pub(crate) struct Backing {
-    pub source: Source,
+    source: Source,
     /// Counts the calls that changed the device memory held (a segment created or released,
     /// a chunk allocated or freed), shared with the pool so that a watcher can tell without
     /// taking the pool's lock.
@@ -163,14 +55,12 @@ pub(crate) struct Backing {
     /// The event log, while the pool records its history (`Pool::record_history`): segments
     /// created and released, ranges placed, pages mapped and unmapped.
     pub history: Option<EventLog>,
-    /// The wrappers blocks of page-mapped ranges are reached through (unused for segments).
-    wrappers: Wrappers,
 }
 
 /// Segment buffers, or page-mapped ranges.
-pub(crate) enum Source {
+enum Source {
     Segments(SegmentBuffers),
-    Pages(Box<PagedMemory>),
+    Pages(Box<PagedSource>),
 }
 
 impl Backing {
@@ -179,7 +69,6 @@ impl Backing {
             source,
             changes: Arc::default(),
             history: None,
-            wrappers: Wrappers::default(),
         }
     }
 
@@ -190,40 +79,32 @@ impl Backing {
     pub fn block_buffer(&mut self, allocation: &Allocation) -> (wgpu::Buffer, u32, u64) {
         match &mut self.source {
             Source::Segments(segments) => (segments.buffer(allocation.segment).clone(), 0, 0),
-            Source::Pages(pages) => self.wrappers.assign(
-                pages,
-                allocation.segment.0,
-                allocation.offset,
-                allocation.block_size,
-            ),
+            Source::Pages(pages) => pages.block_buffer(allocation),
         }
     }
 
-    /// Notes a device block freed to the engine (before the engine frees it), with the GPU
-    /// work that reached it (`BlockParts::gpu_work`) and the unsettled work it took over.
-    pub fn block_freed(&mut self, parts: &BlockParts) {
-        if let Source::Pages(_) = &self.source {
-            let stamp = self.wrappers.clock.stamp(
-                parts.gpu_work.load(Ordering::Relaxed),
-                parts.inherited_work.load(Ordering::Relaxed),
-            );
-            self.wrappers.freed(
-                parts.segment.0,
-                parts.offset,
-                parts.capacity,
-                parts.wrapper,
-                stamp,
-            );
+    /// Notes a device block freed to the engine (before the engine frees it): the block of
+    /// `capacity` bytes at `offset` of `segment`, reached through `wrapper`, with the GPU work
+    /// bits that reached it and the unsettled work it took over (`work`).
+    pub fn block_freed(
+        &mut self,
+        segment: SegmentId,
+        offset: u64,
+        capacity: u64,
+        wrapper: u32,
+        work: (u8, u64),
+    ) {
+        if let Source::Pages(pages) = &mut self.source {
+            pages.block_freed(segment.0, offset, capacity, wrapper, work);
         }
     }
 
     /// Sets the device's work clock, which tells what freed bytes need ordering and when an
-    /// unbind needs a signal of its own.
+    /// unbind needs a signal of its own (pages mode; segments need none).
     pub fn set_work_clock(&mut self, clock: WorkClock) {
-        if let (Source::Pages(pages), Some(points)) = (&mut self.source, clock.counted_points()) {
-            pages.set_work_clock(points);
+        if let Source::Pages(pages) = &mut self.source {
+            pages.set_work_clock(clock);
         }
-        self.wrappers.clock = clock;
     }
 
     /// The pool's mode.
@@ -259,7 +140,8 @@ impl Backing {
                     range_time: Duration::ZERO,
                 }
             }
-            Source::Pages(pages) => {
+            Source::Pages(source) => {
+                let pages = source.memory();
                 let counters = pages.counters();
                 DeviceMemoryUsage {
                     mode: MemoryMode::Pages,
@@ -272,7 +154,7 @@ impl Backing {
                     allocations: counters.chunks.allocations,
                     frees: counters.chunks.frees,
                     bind_calls: counters.bind_calls,
-                    wrapper_orderings: self.wrappers.orderings,
+                    wrapper_orderings: source.wrapper_orderings(),
                     unbind_signals: counters.unbind_signals,
                     ordering_time: counters.ordering_time,
                     ranges_created: counters.ranges_created,
@@ -287,7 +169,7 @@ impl Backing {
     /// Caps device memory (page chunks; segments are capped by the engine alone).
     pub fn set_limit(&mut self, limit: Option<u64>) {
         if let Source::Pages(pages) = &mut self.source {
-            pages.set_limit(limit);
+            pages.memory_mut().set_limit(limit);
         }
     }
 
@@ -313,7 +195,33 @@ impl Backing {
     fn device_bytes(&self) -> u64 {
         match &self.source {
             Source::Segments(segments) => segments.counters().live_bytes,
-            Source::Pages(pages) => pages.usage().device_bytes,
+            Source::Pages(pages) => pages.memory().usage().device_bytes,
+        }
+    }
+
+    /// The segment buffers, in segments mode (`None` in pages mode).
+    pub fn segments(&self) -> Option<&SegmentBuffers> {
+        match &self.source {
+            Source::Segments(segments) => Some(segments),
+            Source::Pages(_) => None,
+        }
+    }
+
+    /// The buffer of live range `id`, in pages mode (`None` for segments and for a range
+    /// that is not live).
+    pub fn range_buffer(&self, id: u32) -> Option<&wgpu::Buffer> {
+        match &self.source {
+            Source::Segments(_) => None,
+            Source::Pages(pages) => pages.memory().buffer(id),
+        }
+    }
+
+    /// Whether every page of `offset..offset + len` of range `id` is mapped (pages mode;
+    /// `false` for segments).
+    pub fn is_mapped(&self, id: u32, offset: u64, len: u64) -> bool {
+        match &self.source {
+            Source::Segments(_) => false,
+            Source::Pages(pages) => pages.memory().is_mapped(id, offset, len),
         }
     }
 
@@ -364,7 +272,6 @@ impl SegmentSource for Backing {
     }
 
     fn release_range(&mut self, id: SegmentId, size: u64) {
-        self.wrappers.released(id.0);
         self.with_source(|source| source.release_range(id, size));
     }
 

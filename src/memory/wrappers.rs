@@ -68,8 +68,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::block::TRANSFERRED;
 use crate::gpu::sparse::PagedMemory;
+
+/// A block's GPU work bit: the block was exposed (its binding, operand, slice or buffer
+/// taken), so recorded commands may use it; their submission is marked by a submission point.
+pub(crate) const EXPOSED: u8 = 1;
+/// A block's GPU work bit: the crate submitted a transfer or move that reached the block's
+/// bytes, with no submission point after it.
+pub(crate) const TRANSFERRED: u8 = 2;
 
 /// The device's work clock as a page-mapped pool reads it (see the module documentation).
 #[derive(Clone, Debug, Default)]

@@ -1,0 +1,381 @@
+//! [`VirtualSegments`]: a [`SegmentSource`] whose segments and page-mapped ranges exist only
+//! as numbers, for trace replay, property tests and benchmarks.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use super::rounding::SegmentKind;
+use super::source::{PageMapping, SegmentSource, SourceError};
+use super::types::SegmentId;
+
+/// Segments and page-mapped ranges that exist only as numbers: for trace replay, property
+/// tests and benchmarks.
+///
+/// With a `device_limit`, creating a segment or mapping pages that would take physical
+/// memory (segments, mapped pages and held pages) over it fails with an out-of-memory
+/// error, as a device would. Page mapping is on by default and modelled on an NVIDIA H200
+/// ([`VirtualSegments::H200_PAGES`]); the page operations check what the engine asks (runs
+/// page aligned, inside the range, maps only of unmapped pages, unmaps only of mapped ones)
+/// and refuse a wrong call with [`SourceError::other`], so that tests catch it.
+#[derive(Debug, Clone)]
+pub struct VirtualSegments {
+    /// Bytes of live segments.
+    pub live_bytes: u64,
+    /// Most bytes of physical memory the simulated device holds, if limited.
+    pub device_limit: Option<u64>,
+    /// Segments created so far.
+    pub created: u64,
+    /// Segments released so far.
+    pub released: u64,
+    /// Page mapping, if the simulated device can.
+    pub pages: Option<PageMapping>,
+    /// Bytes of pages mapped now.
+    pub mapped_bytes: u64,
+    /// Bytes unmapped and held for reuse.
+    pub held_bytes: u64,
+    /// Bytes mapped over the source's life.
+    pub mapped_total: u64,
+    /// Bytes unmapped over the source's life.
+    pub unmapped_total: u64,
+    /// `map_pages` and `unmap_pages` calls: batched binds.
+    pub bind_calls: u64,
+    /// Peak of physical memory: segments plus mapped plus held bytes.
+    pub physical_peak: u64,
+    /// Live ranges: id -> (size, mapped runs start -> end).
+    ranges: BTreeMap<u32, (u64, BTreeMap<u64, u64>)>,
+}
+
+impl Default for VirtualSegments {
+    fn default() -> Self {
+        VirtualSegments {
+            live_bytes: 0,
+            device_limit: None,
+            created: 0,
+            released: 0,
+            pages: Some(Self::H200_PAGES),
+            mapped_bytes: 0,
+            held_bytes: 0,
+            mapped_total: 0,
+            unmapped_total: 0,
+            bind_calls: 0,
+            physical_peak: 0,
+            ranges: BTreeMap::new(),
+        }
+    }
+}
+
+impl VirtualSegments {
+    /// Page mapping as an NVIDIA H200 offers it through Vulkan sparse binding: 64 KiB
+    /// pages and 1 TiB of address space.
+    pub const H200_PAGES: PageMapping = PageMapping {
+        page: 64 << 10,
+        max_range: 1 << 40,
+        range: 1 << 40,
+    };
+
+    /// A source with no limit, that can map pages.
+    pub fn unlimited() -> Self {
+        VirtualSegments::default()
+    }
+
+    /// A source that refuses to go over `limit` bytes of physical memory.
+    pub fn with_device_limit(limit: u64) -> Self {
+        VirtualSegments {
+            device_limit: Some(limit),
+            ..Default::default()
+        }
+    }
+
+    /// This source with page mapping as given (`None`: a device that cannot map pages).
+    pub fn with_pages(mut self, pages: Option<PageMapping>) -> Self {
+        self.pages = pages;
+        self
+    }
+
+    /// Physical memory held now: segments, mapped pages and held pages.
+    pub fn physical_bytes(&self) -> u64 {
+        self.live_bytes + self.mapped_bytes + self.held_bytes
+    }
+
+    /// Live ranges.
+    pub fn live_ranges(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Whether every byte of `start..end` of range `id` is mapped.
+    pub fn is_mapped(&self, id: SegmentId, start: u64, end: u64) -> bool {
+        let Some((_, mapped)) = self.ranges.get(&id.0) else {
+            return false;
+        };
+        let mut at = start;
+        while at < end {
+            match mapped.range(..=at).next_back() {
+                Some((_, &run_end)) if run_end > at => at = run_end,
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Bytes of `start..end` of range `id` that are mapped.
+    pub fn mapped_within(&self, id: SegmentId, start: u64, end: u64) -> u64 {
+        let Some((_, mapped)) = self.ranges.get(&id.0) else {
+            return 0;
+        };
+        let first = mapped
+            .range(..=start)
+            .next_back()
+            .map_or(start, |(&s, _)| s);
+        mapped
+            .range(first..end)
+            .map(|(&s, &e)| e.min(end).saturating_sub(s.max(start)))
+            .sum()
+    }
+
+    fn would_exceed(&self, more: u64) -> bool {
+        self.device_limit
+            .is_some_and(|limit| self.physical_bytes().saturating_add(more) > limit)
+    }
+
+    fn note_peak(&mut self) {
+        self.physical_peak = self.physical_peak.max(self.physical_bytes());
+    }
+
+    /// Checks that `runs` are sorted, page aligned, non-empty and inside range `id`.
+    fn check_runs(&self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
+        let page = self.pages.map_or(1, |p| p.page);
+        let Some((size, _)) = self.ranges.get(&id.0) else {
+            return Err(SourceError::other(format!("range {} is not live", id.0)));
+        };
+        let mut previous_end = 0;
+        for run in runs {
+            if run.start >= run.end
+                || run.start % page != 0
+                || run.end % page != 0
+                || run.end > *size
+                || run.start < previous_end
+            {
+                return Err(SourceError::other(format!(
+                    "range {}: run {run:?} is empty, unaligned to {page} B, outside {size} B or \
+                     out of order",
+                    id.0
+                )));
+            }
+            previous_end = run.end;
+        }
+        Ok(())
+    }
+}
+
+impl SegmentSource for VirtualSegments {
+    fn create_segment(
+        &mut self,
+        _id: SegmentId,
+        size: u64,
+        _kind: SegmentKind,
+    ) -> Result<(), SourceError> {
+        if self.would_exceed(size) {
+            return Err(SourceError::out_of_memory(format!(
+                "the simulated device has {} bytes in use of its limit",
+                self.physical_bytes()
+            )));
+        }
+        self.live_bytes += size;
+        self.created += 1;
+        self.note_peak();
+        Ok(())
+    }
+
+    fn release_segment(&mut self, _id: SegmentId, size: u64) {
+        self.live_bytes = self.live_bytes.saturating_sub(size);
+        self.released += 1;
+    }
+
+    fn page_mapping(&self) -> Option<PageMapping> {
+        self.pages
+    }
+
+    fn reserve_range(
+        &mut self,
+        id: SegmentId,
+        size: u64,
+        _kind: SegmentKind,
+    ) -> Result<(), SourceError> {
+        let Some(pages) = self.pages else {
+            return Err(SourceError::other("this simulated device cannot map pages"));
+        };
+        if size == 0 || size % pages.page != 0 || size > pages.max_range {
+            return Err(SourceError::other(format!(
+                "range of {size} B is not a multiple of {} B up to {} B",
+                pages.page, pages.max_range
+            )));
+        }
+        if self.ranges.insert(id.0, (size, BTreeMap::new())).is_some() {
+            return Err(SourceError::other(format!(
+                "range {} is already live",
+                id.0
+            )));
+        }
+        Ok(())
+    }
+
+    fn release_range(&mut self, id: SegmentId, _size: u64) {
+        if let Some((_, mapped)) = self.ranges.remove(&id.0) {
+            // The engine unmaps every page first; keep the counts right even if it did not.
+            let still: u64 = mapped.iter().map(|(s, e)| e - s).sum();
+            self.mapped_bytes -= still;
+            self.held_bytes += still;
+        }
+    }
+
+    fn map_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
+        self.check_runs(id, runs)?;
+        let (_, mapped) = self.ranges.get(&id.0).expect("checked live");
+        for run in runs {
+            let overlaps = mapped
+                .range(..run.end)
+                .next_back()
+                .is_some_and(|(_, &end)| end > run.start);
+            if overlaps {
+                return Err(SourceError::other(format!(
+                    "range {}: {run:?} is already partly mapped",
+                    id.0
+                )));
+            }
+        }
+        let bytes: u64 = runs.iter().map(|r| r.end - r.start).sum();
+        let from_held = bytes.min(self.held_bytes);
+        if self.would_exceed(bytes - from_held) {
+            return Err(SourceError::out_of_memory(format!(
+                "the simulated device has {} bytes in use of its limit",
+                self.physical_bytes()
+            )));
+        }
+        let (_, mapped) = self.ranges.get_mut(&id.0).expect("checked live");
+        for run in runs {
+            // Join with touching runs, so that the map stays one entry per mapped stretch.
+            let mut start = run.start;
+            let mut end = run.end;
+            if let Some((&s, &e)) = mapped.range(..start).next_back()
+                && e == start
+            {
+                mapped.remove(&s);
+                start = s;
+            }
+            if let Some(e) = mapped.remove(&end) {
+                end = e;
+            }
+            mapped.insert(start, end);
+        }
+        self.held_bytes -= from_held;
+        self.mapped_bytes += bytes;
+        self.mapped_total += bytes;
+        self.bind_calls += 1;
+        self.note_peak();
+        Ok(())
+    }
+
+    fn unmap_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
+        self.check_runs(id, runs)?;
+        let (_, mapped) = self.ranges.get_mut(&id.0).expect("checked live");
+        for run in runs {
+            let covered = mapped
+                .range(..=run.start)
+                .next_back()
+                .is_some_and(|(_, &end)| end >= run.end);
+            if !covered {
+                return Err(SourceError::other(format!(
+                    "range {}: {run:?} is not wholly mapped",
+                    id.0
+                )));
+            }
+        }
+        for run in runs {
+            let (&s, &e) = mapped.range(..=run.start).next_back().expect("checked");
+            mapped.remove(&s);
+            if s < run.start {
+                mapped.insert(s, run.start);
+            }
+            if run.end < e {
+                mapped.insert(run.end, e);
+            }
+        }
+        let bytes: u64 = runs.iter().map(|r| r.end - r.start).sum();
+        self.mapped_bytes -= bytes;
+        self.held_bytes += bytes;
+        self.unmapped_total += bytes;
+        self.bind_calls += 1;
+        Ok(())
+    }
+
+    fn release_held(&mut self, bytes: u64) {
+        self.held_bytes = self.held_bytes.saturating_sub(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::SourceErrorKind;
+
+    const MIB: u64 = 1 << 20;
+
+    /// The virtual device counts what it is asked, reuses held memory before new memory,
+    /// and refuses wrong calls instead of miscounting.
+    #[test]
+    fn virtual_pages_count_binds_and_reuse_held_memory() {
+        let mut device = VirtualSegments::with_device_limit(10 * MIB);
+        let range = SegmentId(3);
+        device
+            .reserve_range(range, 64 * MIB, SegmentKind::Large)
+            .unwrap();
+        device
+            .map_pages(range, &[0..4 * MIB, 6 * MIB..8 * MIB])
+            .unwrap();
+        assert_eq!((device.mapped_bytes, device.bind_calls), (6 * MIB, 1));
+        assert!(device.is_mapped(range, 0, 4 * MIB) && !device.is_mapped(range, 0, 5 * MIB));
+        device
+            .unmap_pages(range, std::slice::from_ref(&(2 * MIB..4 * MIB)))
+            .unwrap();
+        assert_eq!((device.mapped_bytes, device.held_bytes), (4 * MIB, 2 * MIB));
+        // 6 MiB physical; mapping 6 MiB more takes the 2 held and 4 new: 10 MiB, the limit.
+        device
+            .map_pages(range, std::slice::from_ref(&(10 * MIB..16 * MIB)))
+            .unwrap();
+        assert_eq!((device.physical_bytes(), device.held_bytes), (10 * MIB, 0));
+        let error = device
+            .map_pages(range, std::slice::from_ref(&(20 * MIB..22 * MIB)))
+            .unwrap_err();
+        assert!(error.is_out_of_memory(), "{error}");
+        for wrong in [
+            0..MIB,                 // already mapped
+            30 * MIB..30 * MIB + 4, // not whole pages
+            60 * MIB..70 * MIB,     // outside the range
+        ] {
+            let error = device
+                .map_pages(range, std::slice::from_ref(&wrong))
+                .unwrap_err();
+            assert_eq!(error.kind(), SourceErrorKind::Other, "{wrong:?}: {error}");
+        }
+        let error = device
+            .unmap_pages(range, std::slice::from_ref(&(40 * MIB..42 * MIB)))
+            .unwrap_err();
+        assert_eq!(error.kind(), SourceErrorKind::Other);
+        assert_eq!(device.bind_calls, 3, "refused calls bind nothing");
+        device
+            .unmap_pages(range, &[0..2 * MIB, 6 * MIB..8 * MIB])
+            .unwrap();
+        device.release_held(4 * MIB);
+        assert_eq!(device.physical_bytes(), 6 * MIB);
+        assert_eq!(
+            (
+                device.mapped_total,
+                device.unmapped_total,
+                device.physical_peak
+            ),
+            (12 * MIB, 6 * MIB, 10 * MIB)
+        );
+        let without = VirtualSegments::unlimited().with_pages(None);
+        assert_eq!(without.page_mapping(), None);
+    }
+}
