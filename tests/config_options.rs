@@ -2,7 +2,7 @@
 //! (mostly under `policy:pytorch`, whose rules are PyTorch's), plus the parser's error
 //! messages, the `to_conf_string` round trip and panic-freedom on arbitrary input.
 
-#[path = "support/random_mix.rs"]
+#[path = "common/random_mix.rs"]
 mod random_mix;
 
 use proptest::prelude::*;
@@ -58,19 +58,19 @@ fn every_option_has_a_test() {
 }
 
 /// An engine over virtual segments, checked after every call.
-struct Pool {
+struct CheckedEngine {
     engine: Engine,
     device: VirtualSegments,
 }
 
-impl Pool {
-    fn new(conf: &str) -> Pool {
-        Pool::with_limits(conf, EngineLimits::unlimited())
+impl CheckedEngine {
+    fn new(conf: &str) -> CheckedEngine {
+        CheckedEngine::with_limits(conf, EngineLimits::unlimited())
     }
 
-    fn with_limits(conf: &str, limits: EngineLimits) -> Pool {
+    fn with_limits(conf: &str, limits: EngineLimits) -> CheckedEngine {
         let config = Config::parse(conf).unwrap_or_else(|e| panic!("`{conf}`: {e}"));
-        Pool {
+        CheckedEngine {
             engine: Engine::new(config, limits).unwrap_or_else(|e| panic!("`{conf}`: {e}")),
             device: VirtualSegments::unlimited(),
         }
@@ -165,7 +165,7 @@ fn policy_selects_pytorch_or_compact() {
     assert_eq!((key.as_str(), value.as_str()), ("policy", "jemalloc"));
 
     for (conf, name) in [("policy:pytorch", "pytorch"), ("policy:compact", "compact")] {
-        let pool = Pool::new(conf);
+        let pool = CheckedEngine::new(conf);
         assert_eq!(pool.engine.config().policy.name(), name);
         assert!(
             pool.engine
@@ -179,7 +179,7 @@ fn policy_selects_pytorch_or_compact() {
     // cached (reserved is the sum), and compact, whose point is keeping reserved memory
     // close to live memory, never does worse.
     let run = |conf: &str| {
-        let mut pool = Pool::new(conf);
+        let mut pool = CheckedEngine::new(conf);
         for mb in [100, 200, 300] {
             let a = pool.alloc(mb * MIB);
             pool.free(a);
@@ -203,7 +203,7 @@ fn policy_selects_pytorch_or_compact() {
 /// first among equals; another stream's blocks are never used.
 #[test]
 fn pytorch_policy_is_best_fit_per_stream() {
-    let mut pool = Pool::new("policy:pytorch");
+    let mut pool = CheckedEngine::new("policy:pytorch");
     let big = pool.alloc(12 * MIB); // a 12 MiB segment
     let small = pool.alloc(11 * MIB); // a 12 MiB segment too (rounded to 2 MiB)
     let other = pool.alloc_on(11 * MIB, 1);
@@ -230,7 +230,7 @@ fn pytorch_policy_is_best_fit_per_stream() {
 #[test]
 fn max_split_size_keeps_large_cached_blocks_whole() {
     // Without it: a freed 40 MiB block is split for a 2 MiB request.
-    let mut pool = Pool::new("policy:pytorch");
+    let mut pool = CheckedEngine::new("policy:pytorch");
     let big = pool.alloc(40 * MIB);
     pool.free(big);
     let a = pool.alloc(2 * MIB);
@@ -243,7 +243,7 @@ fn max_split_size_keeps_large_cached_blocks_whole() {
 
     // With max_split_size_mb:20 the 40 MiB block is oversize: it is counted, never split,
     // and a 2 MiB request gets a new 20 MiB segment instead.
-    let mut pool = Pool::new("policy:pytorch,max_split_size_mb:20");
+    let mut pool = CheckedEngine::new("policy:pytorch,max_split_size_mb:20");
     let big = pool.alloc(40 * MIB);
     assert_eq!(big.block_size, 40 * MIB);
     let stats = pool.stats();
@@ -277,7 +277,7 @@ fn max_split_size_keeps_large_cached_blocks_whole() {
 #[test]
 fn max_split_size_releases_one_oversize_block_before_everything() {
     let scenario = |conf: &str| {
-        let mut pool = Pool::new(conf);
+        let mut pool = CheckedEngine::new(conf);
         let x = pool.alloc(150 * MIB);
         let y = pool.alloc(60 * MIB);
         pool.free(x);
@@ -311,7 +311,7 @@ fn max_split_size_releases_one_oversize_block_before_everything() {
 /// larger are never split").
 #[test]
 fn default_policy_also_keeps_large_cached_blocks_whole() {
-    let mut pool = Pool::new("max_split_size_mb:20");
+    let mut pool = CheckedEngine::new("max_split_size_mb:20");
     let big = pool.alloc(40 * MIB);
     pool.free(big);
     let a = pool.alloc(2 * MIB);
@@ -320,7 +320,7 @@ fn default_policy_also_keeps_large_cached_blocks_whole() {
         20 * MIB,
         "the oversize cached block was split: {a:?}"
     );
-    let mut pool = Pool::new("max_split_size_mb:20,max_non_split_rounding_mb:5");
+    let mut pool = CheckedEngine::new("max_split_size_mb:20,max_non_split_rounding_mb:5");
     let cached = pool.alloc(110 * MIB);
     pool.free(cached);
     let a = pool.alloc(100 * MIB);
@@ -346,7 +346,7 @@ fn max_non_split_rounding_limits_how_much_larger_a_whole_block_may_be() {
         (",max_non_split_rounding_mb:5", false),
     ] {
         let conf = format!("policy:pytorch,max_split_size_mb:20{extra}");
-        let mut pool = Pool::new(&conf);
+        let mut pool = CheckedEngine::new(&conf);
         let cached = pool.alloc(110 * MIB);
         pool.free(cached);
         let a = pool.alloc(100 * MIB);
@@ -365,7 +365,7 @@ fn max_non_split_rounding_limits_how_much_larger_a_whole_block_may_be() {
         }
     }
     // Without max_split_size the block is not oversize and is split instead.
-    let mut pool = Pool::new("policy:pytorch,max_non_split_rounding_mb:5");
+    let mut pool = CheckedEngine::new("policy:pytorch,max_non_split_rounding_mb:5");
     let cached = pool.alloc(110 * MIB);
     pool.free(cached);
     let a = pool.alloc(100 * MIB);
@@ -379,7 +379,7 @@ fn max_non_split_rounding_limits_how_much_larger_a_whole_block_may_be() {
 #[test]
 fn roundup_power2_divisions_rounds_to_equal_steps() {
     let sizes = |conf: &str, requests: &[u64]| -> Vec<u64> {
-        let mut pool = Pool::new(conf);
+        let mut pool = CheckedEngine::new(conf);
         requests.iter().map(|&r| pool.alloc(r).block_size).collect()
     };
     let requests = [2500 * KIB, 1200, MIB, 5 * MIB + 1, 3 * MIB];
@@ -399,7 +399,7 @@ fn roundup_power2_divisions_rounds_to_equal_steps() {
         vec![3 * MIB, 1536, MIB, 6 * MIB, 3 * MIB]
     );
     // The rounded size is what is allocated; the caller's size is what is requested.
-    let mut pool = Pool::new("policy:pytorch,roundup_power2_divisions:4");
+    let mut pool = CheckedEngine::new("policy:pytorch,roundup_power2_divisions:4");
     pool.alloc(2500 * KIB);
     let stats = pool.stats();
     assert_eq!(stats.allocated_bytes.all.current, 2560 * KIB);
@@ -411,7 +411,7 @@ fn roundup_power2_divisions_list_form_follows_pytorchs_parser() {
     // PyTorch 2.11 (checked on an H200): `K:N` covers [K, 2K) MiB, the first entry also
     // everything below it, `>:N` everything above the previous entry's interval.
     let conf = "policy:pytorch,roundup_power2_divisions:[256:1,512:2,>:8]";
-    let mut pool = Pool::new(conf);
+    let mut pool = CheckedEngine::new(conf);
     let cases = [
         (100 * MIB + 1, 100 * MIB + 512), // below 256: the first entry, 1 division
         (300 * MIB + 1, 300 * MIB + 512), // [256, 512): 1 division, 512 B rounding only
@@ -431,7 +431,7 @@ fn roundup_power2_divisions_list_form_follows_pytorchs_parser() {
         );
     }
     // Without `>`, sizes above the last entry's interval keep 512 B rounding.
-    let mut pool = Pool::new("policy:pytorch,roundup_power2_divisions:[64:2]");
+    let mut pool = CheckedEngine::new("policy:pytorch,roundup_power2_divisions:[64:2]");
     assert_eq!(pool.alloc(40 * MIB).block_size, 48 * MIB);
     assert_eq!(pool.alloc(100 * MIB).block_size, 128 * MIB);
     assert_eq!(pool.alloc(1100 * MIB + 1).block_size, 1100 * MIB + 512);
@@ -444,7 +444,7 @@ fn roundup_power2_divisions_list_form_follows_pytorchs_parser() {
 #[test]
 fn roundup_bypass_threshold_skips_division_rounding_above_it() {
     let sizes = |conf: &str| -> Vec<u64> {
-        let mut pool = Pool::new(conf);
+        let mut pool = CheckedEngine::new(conf);
         [2500 * KIB, 1536 * KIB + 1, 2 * MIB + 1]
             .iter()
             .map(|&r| pool.alloc(r).block_size)
@@ -460,8 +460,9 @@ fn roundup_bypass_threshold_skips_division_rounding_above_it() {
         vec![2500 * KIB, 1792 * KIB, 2 * MIB + 512]
     );
     // "Above" is strict: a request of exactly the threshold is still rounded.
-    let mut pool =
-        Pool::new("policy:pytorch,roundup_power2_divisions:2,roundup_bypass_threshold_mb:5");
+    let mut pool = CheckedEngine::new(
+        "policy:pytorch,roundup_power2_divisions:2,roundup_bypass_threshold_mb:5",
+    );
     assert_eq!(pool.alloc(5 * MIB).block_size, 6 * MIB);
     assert_eq!(pool.alloc(5 * MIB + 1).block_size, 5 * MIB + 512);
     // Without divisions the threshold changes nothing.
@@ -478,8 +479,8 @@ fn roundup_bypass_threshold_skips_division_rounding_above_it() {
 /// Cap 200 MiB, threshold 0.5: a miss with reserved above 100 MiB releases cached unsplit
 /// large blocks, oldest first (in searches since they were freed), until enough is
 /// reclaimed.
-fn gc_scenario(conf: &str) -> (Pool, Allocation) {
-    let mut pool = Pool::new(conf);
+fn gc_scenario(conf: &str) -> (CheckedEngine, Allocation) {
+    let mut pool = CheckedEngine::new(conf);
     let a = pool.alloc(40 * MIB); // search 1
     let b = pool.alloc(40 * MIB); // search 2
     pool.free(a); // A cached at search 2
@@ -524,7 +525,7 @@ fn garbage_collection_threshold_releases_old_cached_blocks_under_a_cap() {
 #[test]
 fn garbage_collection_leaves_split_blocks_and_small_pool_alone() {
     let conf = "policy:pytorch,memory_limit_mb:100,garbage_collection_threshold:0.2";
-    let mut pool = Pool::new(conf);
+    let mut pool = CheckedEngine::new(conf);
     let small = pool.alloc(1000); // a 2 MiB small-pool segment
     let part = pool.alloc(2 * MIB); // a 20 MiB segment, split
     let keep = pool.alloc(MIB + 512); // the same 20 MiB segment
@@ -552,7 +553,7 @@ fn with_device(mib: u64) -> EngineLimits {
 #[test]
 fn per_process_memory_fraction_caps_at_a_fraction_of_device_memory() {
     let conf = "policy:pytorch,per_process_memory_fraction:0.5";
-    let mut pool = Pool::with_limits(conf, with_device(200));
+    let mut pool = CheckedEngine::with_limits(conf, with_device(200));
     assert_eq!(pool.engine.memory_cap(), Some(100 * MIB));
     pool.alloc(60 * MIB);
     match pool.try_alloc(60 * MIB) {
@@ -567,13 +568,13 @@ fn per_process_memory_fraction_caps_at_a_fraction_of_device_memory() {
     assert_eq!(stats.reserved_bytes.all.current, 60 * MIB);
 
     // Without the fraction the same device takes both.
-    let mut pool = Pool::with_limits("policy:pytorch", with_device(200));
+    let mut pool = CheckedEngine::with_limits("policy:pytorch", with_device(200));
     assert_eq!(pool.engine.memory_cap(), None);
     pool.alloc(60 * MIB);
     pool.alloc(60 * MIB);
 
     // With memory_limit_mb too, the smaller cap applies.
-    let capped = |conf: &str, limits| Pool::with_limits(conf, limits).engine.memory_cap();
+    let capped = |conf: &str, limits| CheckedEngine::with_limits(conf, limits).engine.memory_cap();
     assert_eq!(
         capped(
             "per_process_memory_fraction:0.5,memory_limit_mb:80",
@@ -614,7 +615,7 @@ fn per_process_memory_fraction_caps_at_a_fraction_of_device_memory() {
 #[test]
 fn memory_limit_caps_reserved_memory_with_a_diagnosed_out_of_memory() {
     let conf = "policy:pytorch,memory_limit_mb:100";
-    let mut pool = Pool::new(conf);
+    let mut pool = CheckedEngine::new(conf);
     assert_eq!(pool.engine.memory_cap(), Some(100 * MIB));
     let x = pool.alloc(30 * MIB); // a 30 MiB segment
     let y = pool.alloc(2 * MIB); // a 20 MiB segment: 2 MiB used, 18 MiB free but split
@@ -649,7 +650,7 @@ fn memory_limit_caps_reserved_memory_with_a_diagnosed_out_of_memory() {
     assert_eq!(stats.reserved_bytes.all.current, 80 * MIB);
 
     // Without the cap the 60 MiB request is served at once.
-    let mut pool = Pool::new("policy:pytorch");
+    let mut pool = CheckedEngine::new("policy:pytorch");
     pool.alloc(30 * MIB);
     pool.alloc(2 * MIB);
     pool.alloc(60 * MIB);
@@ -663,7 +664,7 @@ fn memory_limit_caps_reserved_memory_with_a_diagnosed_out_of_memory() {
 #[test]
 fn large_segment_size_sets_the_segment_for_medium_requests() {
     let segments = |conf: &str| -> Vec<u64> {
-        let mut pool = Pool::new(conf);
+        let mut pool = CheckedEngine::new(conf);
         [2 * MIB, MIB, 10 * MIB, 9 * MIB]
             .iter()
             .map(|&r| {
@@ -680,7 +681,7 @@ fn large_segment_size_sets_the_segment_for_medium_requests() {
         segments("policy:pytorch,large_segment_size_mb:64"),
         vec![64 * MIB, 2 * MIB, 10 * MIB, 64 * MIB]
     );
-    let mut pool = Pool::new("policy:pytorch,large_segment_size_mb:64");
+    let mut pool = CheckedEngine::new("policy:pytorch,large_segment_size_mb:64");
     pool.alloc(2 * MIB);
     assert_eq!(pool.reserved(), 64 * MIB);
     // The rest of the 64 MiB segment serves later medium requests.
@@ -705,7 +706,7 @@ fn large_segment_size_above_the_device_limit_is_clamped_to_it() {
             let limits = EngineLimits::unlimited()
                 .with_page_mapping(Some(pages))
                 .with_max_segment_size(pages.max_range);
-            let mut pool = Pool::with_limits(&conf, limits);
+            let mut pool = CheckedEngine::with_limits(&conf, limits);
             // The device refuses (as an error other than out-of-memory) any range or
             // segment above its largest, or not whole pages.
             pool.device = VirtualSegments::unlimited().with_pages(Some(pages));
@@ -845,7 +846,7 @@ fn passthrough_backend_makes_one_segment_per_request_and_releases_at_free() {
     );
     invalid_value("backend:cudaMallocAsync");
 
-    let mut pool = Pool::new("policy:pytorch,backend:passthrough");
+    let mut pool = CheckedEngine::new("policy:pytorch,backend:passthrough");
     let a = pool.alloc(1000);
     let b = pool.alloc(1000);
     let c = pool.alloc(3 * MIB + 1);
@@ -869,7 +870,7 @@ fn passthrough_backend_makes_one_segment_per_request_and_releases_at_free() {
     assert_eq!(pool.stats().num_device_free, 3);
 
     // The native pool packs both small requests into one 2 MiB segment and keeps it.
-    let mut pool = Pool::new("policy:pytorch,backend:native");
+    let mut pool = CheckedEngine::new("policy:pytorch,backend:native");
     let a = pool.alloc(1000);
     let b = pool.alloc(1000);
     assert_eq!((a.segment, b.offset), (b.segment, 1024));
@@ -899,7 +900,7 @@ fn overflow_parses_and_the_engine_ignores_it() {
     // The engine's placement and out-of-memory errors are the same with either value; the
     // wgpu pool is what serves overflow from host memory.
     let run = |conf: &str| {
-        let mut pool = Pool::new(conf);
+        let mut pool = CheckedEngine::new(conf);
         let a = pool.alloc(30 * MIB);
         let err = pool.try_alloc(30 * MIB).unwrap_err();
         pool.free(a);
@@ -922,12 +923,12 @@ fn overflow_parses_and_the_engine_ignores_it() {
 /// Each compact test sets all three knobs, so that it does not depend on their defaults.
 /// A segments-mode compact pool whose release budget is `budget` times the peak alone
 /// (`compact_recycle_rate:0`).
-fn compact(min_share: &str, slack: &str, budget: &str) -> Pool {
+fn compact(min_share: &str, slack: &str, budget: &str) -> CheckedEngine {
     compact_with_rate(min_share, slack, budget, "0")
 }
 
-fn compact_with_rate(min_share: &str, slack: &str, budget: &str, rate: &str) -> Pool {
-    Pool::new(&format!(
+fn compact_with_rate(min_share: &str, slack: &str, budget: &str, rate: &str) -> CheckedEngine {
+    CheckedEngine::new(&format!(
         "policy:compact,compact_min_share:{min_share},compact_reserved_slack:{slack},\
          compact_release_budget:{budget},compact_recycle_rate:{rate}"
     ))
@@ -981,7 +982,7 @@ fn compact_min_share_keeps_whole_segments_for_requests_that_fill_them() {
 
 /// 100 MiB (A, freed first) and 50 MiB (B, freed later) cached, then a 300 MiB request: the
 /// allocated peak becomes 300 MiB and reserved would reach 450 MiB.
-fn release_scenario(slack: &str, budget: &str) -> (Pool, Allocation, Allocation) {
+fn release_scenario(slack: &str, budget: &str) -> (CheckedEngine, Allocation, Allocation) {
     release_scenario_with_rate(slack, budget, "0")
 }
 
@@ -990,7 +991,7 @@ fn release_scenario_with_rate(
     slack: &str,
     budget: &str,
     rate: &str,
-) -> (Pool, Allocation, Allocation) {
+) -> (CheckedEngine, Allocation, Allocation) {
     let mut pool = compact_with_rate("0", slack, budget, rate);
     let a = pool.alloc(100 * MIB);
     let b = pool.alloc(50 * MIB);
@@ -1109,7 +1110,7 @@ fn compact_recycle_rate_bounds_the_bytes_recycled_and_lowers_the_peak() {
 #[test]
 fn compact_knobs_do_not_change_the_pytorch_policy() {
     let run = |extra: &str| {
-        let mut pool = Pool::new(&format!("policy:pytorch{extra}"));
+        let mut pool = CheckedEngine::new(&format!("policy:pytorch{extra}"));
         let a = pool.alloc(100 * MIB);
         let b = pool.alloc(50 * MIB);
         pool.free(a);
