@@ -2,7 +2,7 @@
 //! on steady workloads (the GPT-2 training trace) and on random mixes, where fixed segments
 //! and PyTorch's expandable segments both fragment.
 
-#[path = "support/random_mix.rs"]
+#[path = "common/random_mix.rs"]
 mod random_mix;
 
 use std::path::Path;

@@ -5,14 +5,21 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
 
-/// A trace: 40 allocations of 1 to 40 MiB, every other one freed, then the rest freed.
+/// A trace: 40 allocations of 1 to 40 MiB, every other one freed, then the rest freed, in
+/// a file of the caller's own: tests run in parallel, and each removes its file at the end.
 fn trace_file() -> PathBuf {
-    let path = std::env::temp_dir().join(format!("wgpool-replay-gpu-{}.csv", std::process::id()));
+    static FILES: AtomicUsize = AtomicUsize::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "wgpool-replay-gpu-{}-{}.csv",
+        std::process::id(),
+        FILES.fetch_add(1, Ordering::Relaxed)
+    ));
     let mut rows = String::from("action,id,size,stream\n");
     for i in 1..=40u64 {
         rows.push_str(&format!("alloc,{i},{},0\n", i * MIB + 100));

@@ -7,7 +7,7 @@
 //! many threads at once.
 
 mod common;
-#[path = "support/mlp.rs"]
+#[path = "common/mlp.rs"]
 mod mlp;
 
 use std::sync::Arc;

@@ -6,6 +6,12 @@
 //! crashed it in one; with one shared device the same binary passed 6 runs of 6. One device
 //! shared by many threads is also what an application has. wgpu's error scopes are per
 //! thread, so tests that share the device do not catch each other's errors.
+//!
+//! This folder is the tests' only helper folder. Its other files are included by the few
+//! binaries that use them, with `#[path = "common/FILE.rs"] mod NAME;`, rather than from here,
+//! so that a binary compiles only what it needs: `mlp.rs` (a small MLP on pool blocks,
+//! checked against the CPU) and `random_mix.rs` (random allocation mixes as traces, drawn from
+//! `bench::rng`).
 
 // Each test binary uses part of this module.
 #![allow(dead_code)]
