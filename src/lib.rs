@@ -38,20 +38,22 @@
 //!
 //! # Map of the crate
 //!
-//! Data flows down one layer per folder: configuration, placement, the memory behind
-//! segments, the pool, and what runs on blocks.
+//! Modules are built in floors, bottom first; each names only modules on floors below its own
+//! (docs/DESIGN-NOTES.md, "The floors").
 //!
 //! | module | what it is | stability |
 //! | --- | --- | --- |
+//! | [`format`](mod@format) | byte counts and escaped text for messages | stable |
 //! | [`config`] | `WGPOOL_CONF` (PyTorch's `PYTORCH_CUDA_ALLOC_CONF` syntax) and its option table | stable |
+//! | [`gpu`] | opening a headless device, adapter facts and memory heaps, error scopes, and the Vulkan page-mapping driver (`gpu::sparse`) | stable, except `sparse`, which is new |
 //! | [`engine`] | the placement engine: segments carved into blocks, PyTorch's policy and statistics; pure Rust, no wgpu. Memory comes from a [`SegmentSource`](engine::SegmentSource) | stable |
+//! | [`history`] | the event log of a pool or a replay, PyTorch snapshot pickles, timelines | stable |
 //! | [`memory`] | where segments and pages meet wgpu: the memory mode decided once, fixed segments, page-mapped ranges as a source ([`PagedSource`](memory::PagedSource)), the host tier, residency's choice of blocks to evict | stable |
-//! | [`pool`] | the wgpu pool: segment buffers behind the engine, [`Block`](pool::Block) handles, bindings, host overflow, offload and prefetch | stable; start here |
-//! | [`staging`] | the host staging pool: fast uploads to and downloads from blocks | stable |
+//! | [`pool`] | the wgpu pool: [`Block`](pool::Block) handles, bindings, host overflow, offload and prefetch, residency | stable; start here |
 //! | [`kernels`] | the WGSL kernels of `shaders/` on buffer ranges (pool blocks included) | stable |
-//! | [`gpu`] | opening a headless device, adapter facts and memory heaps, error scopes, page mapping (`gpu::sparse`) | stable, except `sparse`, which is new |
+//! | [`staging`] | the host staging pool: fast uploads to and downloads from blocks | stable |
 //! | [`trace`] | allocation traces and their replay through the engine (`wgpool replay`) | stable |
-//! | [`format`](mod@format) | byte counts for messages | stable |
+//! | [`monitor`], [`plot`] | `wgpool info --watch`'s readings; SVG plots of memory over time | stable |
 //! | `bench` | the `wgpool bench` command's code (feature `cli`, on by default) | internal |
 //!
 //! The `cli` feature (default) builds the `wgpool` command and its benchmark code; a library
