@@ -45,7 +45,7 @@
 //! | --- | --- | --- |
 //! | [`config`] | `WGPOOL_CONF` (PyTorch's `PYTORCH_CUDA_ALLOC_CONF` syntax) and its option table | stable |
 //! | [`engine`] | the placement engine: segments carved into blocks, PyTorch's policy and statistics; pure Rust, no wgpu. Memory comes from a [`SegmentSource`](engine::SegmentSource) | stable |
-//! | [`memory`] | where segments and pages meet wgpu: the memory mode decided once, fixed segments, page-mapped ranges as a source ([`PagedSource`](memory::PagedSource)), the host tier, residency's choice of blocks to evict | stable |
+//! | [`memory`] | where segments and pages meet wgpu: the memory mode decided once, fixed segments, address ranges as a source ([`PagedSource`](memory::PagedSource)), the host tier, residency's choice of blocks to evict | stable |
 //! | [`pool`] | the wgpu pool: segment buffers behind the engine, [`Block`](pool::Block) handles, bindings, host overflow, offload and prefetch | stable; start here |
 //! | [`staging`] | the host staging pool: fast uploads to and downloads from blocks | stable |
 //! | [`kernels`] | the WGSL kernels of `shaders/` on buffer ranges (pool blocks included) | stable |

@@ -141,10 +141,10 @@ impl Engine {
         if mode == MemoryMode::Pages && page_mapping.is_none() {
             return Err(EngineError::PagesUnavailable);
         }
-        let paged = mode == MemoryMode::Pages;
-        let pages = match (paged, page_mapping) {
+        let pages_mode = mode == MemoryMode::Pages;
+        let pages = match (pages_mode, page_mapping) {
             (true, Some(mapping)) => {
-                // PyTorch maps 2 MiB pages for the small pool and pages of its large
+                // PyTorch maps 2 MiB pages for the small kind and pages of its large
                 // segment (20 MiB) for the large one; the compact policy maps finer pages.
                 let (small, large, order) = match config.policy {
                     Policy::Pytorch => (
@@ -174,7 +174,7 @@ impl Engine {
         } else {
             SizeLimit::Engine
         };
-        let policy = policy::for_config(&config, paged);
+        let policy = policy::for_config(&config, pages_mode);
         let mut state = EngineState::new(config, cap, max_segment_size, pages);
         state.size_limit = size_limit;
         Ok(Engine { state, policy })
@@ -182,7 +182,7 @@ impl Engine {
 
     /// Whether the engine maps pages or creates fixed segments.
     pub fn memory_mode(&self) -> MemoryMode {
-        if self.state.paged {
+        if self.state.pages_mode {
             MemoryMode::Pages
         } else {
             MemoryMode::Segments
@@ -192,12 +192,12 @@ impl Engine {
     /// The page the engine maps for blocks of `kind`, in pages mode: every map and unmap is
     /// whole pages of this size (a multiple of the device's page).
     pub fn page_size(&self, kind: SegmentKind) -> Option<u64> {
-        self.state.paged.then(|| self.state.page_of(kind))
+        self.state.pages_mode.then(|| self.state.page_of(kind))
     }
 
     /// What page mapping has done, in pages mode.
     pub fn page_stats(&self) -> Option<PageStats> {
-        self.state.paged.then(|| {
+        self.state.pages_mode.then(|| {
             let mut stats = self.state.pages.stats;
             stats.mapped_bytes = self.state.reserved();
             stats
@@ -312,7 +312,7 @@ impl Engine {
             offset: b.offset(),
             block_size: b.size(),
             requested: b.requested,
-            kind: b.pool,
+            kind: b.kind,
             address: b.address(),
         })
     }
@@ -450,7 +450,7 @@ impl Engine {
     /// freed, and ranges left without a mapped page are released; pages the source refuses
     /// to unmap stay mapped.
     pub fn empty_cache(&mut self, source: &mut dyn SegmentSource) {
-        if self.state.paged {
+        if self.state.pages_mode {
             // A source that refuses to unmap keeps its pages; there is nothing else to do.
             let batched = self.state.config.policy == Policy::Compact;
             let _ = self.state.unmap_all_idle(batched, source);

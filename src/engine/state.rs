@@ -49,7 +49,7 @@ pub(crate) struct EngineState {
     pub lifetime_requested_total: u64,
     /// Whether the engine runs in pages mode: every segment is an address range with pages
     /// mapped where blocks live.
-    pub paged: bool,
+    pub pages_mode: bool,
     /// Pages mode's own state (empty in segments mode).
     pub pages: PageState,
     /// Where `max_segment_size` comes from, for the too-large message.
@@ -85,7 +85,7 @@ impl EngineState {
             lifetime_allocated_peak: 0,
             lifetime_requested_peak: 0,
             lifetime_requested_total: 0,
-            paged: pages.is_some(),
+            pages_mode: pages.is_some(),
             pages: pages.unwrap_or_default(),
             size_limit: SizeLimit::Engine,
         }
@@ -144,7 +144,7 @@ impl EngineState {
     #[inline]
     pub fn should_split(&self, kind: SegmentKind, block_size: u64, rounded: u64) -> bool {
         let remaining = block_size - rounded;
-        if self.paged {
+        if self.pages_mode {
             return remaining >= MIN_BLOCK_SIZE;
         }
         match kind {
@@ -158,7 +158,7 @@ impl EngineState {
     pub fn idle_blocks(&self) -> impl Iterator<Item = (u32, u64, SegmentKind)> + '_ {
         self.idle.iter().map(|segment| {
             let s = &self.segments[segment as usize];
-            (s.head, s.size, s.pool)
+            (s.head, s.size, s.kind)
         })
     }
 

@@ -30,7 +30,7 @@ pub(crate) struct BindingLimits {
 
 pub(crate) struct PoolState {
     pub engine: Engine,
-    /// Segment buffers or page-mapped ranges: what the engine places device blocks in.
+    /// Segment buffers or address ranges: what the engine places device blocks in.
     pub memory: Backing,
     /// Why the pool runs in its memory mode (for pages: the page size; for segments: what
     /// kept it from mapping pages).

@@ -234,7 +234,7 @@ impl Pool {
         let cap = state
             .engine
             .set_per_process_memory_fraction(fraction, device_memory)?;
-        // Page-mapped memory keeps its own copy of the cap.
+        // Pages-mode memory keeps its own copy of the cap.
         state.memory.set_limit(cap);
         Ok(cap)
     }

@@ -68,19 +68,19 @@ fn may_take(state: &EngineState, key: &FreeKey, rounded: u64) -> bool {
         || rounded as f64 >= key.size as f64 * state.config.compact_min_share
 }
 
-/// The free block that serves a request, if any. The small pool and the oversize rules of
+/// The free block that serves a request, if any. The small kind and the oversize rules of
 /// `max_split_size_mb` behave as in PyTorch.
 fn candidate(
     state: &EngineState,
     released: u64,
-    pool: SegmentKind,
+    kind: SegmentKind,
     stream: u32,
     rounded: u64,
 ) -> Option<FreeKey> {
-    if pool == SegmentKind::Small {
-        return best_fit(state, pool, stream, rounded);
+    if kind == SegmentKind::Small {
+        return best_fit(state, kind, stream, rounded);
     }
-    let index = &state.free_index[pool.index()];
+    let index = &state.free_index[kind.index()];
     let allowed = index
         .fits_ascending(stream, rounded)
         .take(SEARCH_DEPTH)

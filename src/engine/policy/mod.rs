@@ -6,11 +6,11 @@
 //! `policy:pytorch` is PyTorch's native allocator rule for rule, `policy:compact` adds
 //! wgpool's rules against fragmentation, and `backend:passthrough` gives every request a
 //! segment of its own. In pages mode, `policy:pytorch` is PyTorch's expandable segments
-//! (`expandable`) and `policy:compact` recycles idle pages under a slack (`pages`).
+//! (`expandable`) and `policy:compact` recycles idle pages under a slack (`compact_pages`).
 
 mod compact;
+mod compact_pages;
 mod expandable;
-mod pages;
 mod passthrough;
 mod pytorch;
 
@@ -22,11 +22,11 @@ use super::state::EngineState;
 use crate::config::{Caching, Config, Policy};
 
 use compact::CompactPolicy;
+use compact_pages::CompactPagesPolicy;
 use expandable::ExpandablePolicy;
-use pages::PagePolicy;
 
 /// Page sizes of the compact policy in pages mode: (small kind, large kind).
-pub(crate) const COMPACT_PAGES: (u64, u64) = (pages::SMALL_PAGE, pages::LARGE_PAGE);
+pub(crate) const COMPACT_PAGES: (u64, u64) = (compact_pages::SMALL_PAGE, compact_pages::LARGE_PAGE);
 use passthrough::PassthroughPolicy;
 use pytorch::PytorchPolicy;
 
@@ -73,13 +73,13 @@ pub(crate) trait PlacementPolicy: std::fmt::Debug + Send + Sync {
     }
 }
 
-/// The policy a configuration asks for, in pages mode or not.
-pub(crate) fn for_config(config: &Config, paged: bool) -> Box<dyn PlacementPolicy> {
-    match (config.backend, config.policy, paged) {
+/// The policy a configuration asks for, in pages mode or with fixed segments.
+pub(crate) fn for_config(config: &Config, pages_mode: bool) -> Box<dyn PlacementPolicy> {
+    match (config.backend, config.policy, pages_mode) {
         (Caching::Passthrough, _, _) => Box::new(PassthroughPolicy),
         (Caching::Native, Policy::Pytorch, false) => Box::new(PytorchPolicy),
         (Caching::Native, Policy::Compact, false) => Box::new(CompactPolicy::default()),
         (Caching::Native, Policy::Pytorch, true) => Box::new(ExpandablePolicy),
-        (Caching::Native, Policy::Compact, true) => Box::new(PagePolicy),
+        (Caching::Native, Policy::Compact, true) => Box::new(CompactPagesPolicy),
     }
 }

@@ -15,7 +15,7 @@
 //!   remaps keeps physical memory at its peak; one that keeps remapping (a KV-cache decode
 //!   whose caches grow by concatenation) gets room to stop, trading at most the slack in
 //!   memory for remapping: on the decode trace of `tools/synth_traces.py` the bytes mapped
-//!   fall from 1.67x to 1.42x peak live, for 1.008 of it held instead of 1.001.
+//!   fall from 1.67x to 1.42x peak live, for physical memory at 1.008x it instead of 1.001x.
 //! - Recycling has a budget: the bytes mapped over the engine's life may reach
 //!   [`CHURN_STOP`] times the peak of live memory plus `compact_recycle_rate` times the bytes
 //!   requested so far. Over the last [`CHURN_RAMP`] peaks of that budget, physical memory may
@@ -60,9 +60,9 @@ const SLACK_MAX: f64 = 0.3;
 /// How many unmapped blocks a miss compares, on each side of the request's size.
 const SEARCH_DEPTH: usize = 8;
 
-/// The default policy in pages mode.
+/// `policy:compact` in pages mode (the default policy there): compact placement in pages.
 #[derive(Debug, Default)]
-pub(crate) struct PagePolicy;
+pub(crate) struct CompactPagesPolicy;
 
 /// Where a missed request goes: from `start` (a free mapped block, or `unmapped` itself),
 /// mapping the first `needed` bytes of `unmapped`.
@@ -84,7 +84,7 @@ fn still_holds(state: &EngineState, found: Place, kind: SegmentKind, rounded: u6
     let unmapped = found.unmapped;
     let record = &state.blocks[unmapped as usize];
     if !record.in_use
-        || record.pool != kind
+        || record.kind != kind
         || !state.links.is_unmapped(unmapped)
         || record.size() < found.needed
     {
@@ -142,7 +142,7 @@ fn place(state: &EngineState, kind: SegmentKind, stream: u32, rounded: u64) -> O
         .map(|(_, _, place)| place)
 }
 
-impl PagePolicy {
+impl CompactPagesPolicy {
     /// The physical memory allowed before recycling, for this request; `None` once the
     /// recycling budget is spent.
     fn limit(state: &EngineState, request: Request) -> Option<u64> {
@@ -187,11 +187,11 @@ impl PagePolicy {
                 }
             }
         };
-        let held = state.pages.stats.held_bytes;
-        let after = state.physical() + found.needed.saturating_sub(held);
+        let spare = state.pages.stats.spare_bytes;
+        let after = state.physical() + found.needed.saturating_sub(spare);
         let over = match limit {
             Some(limit) => after.saturating_sub(limit),
-            None => found.needed.saturating_sub(held),
+            None => found.needed.saturating_sub(spare),
         };
         if over == 0 {
             return Ok(found);
@@ -245,12 +245,12 @@ impl PagePolicy {
         let mapped = Self::prepare(state, request, limit, source)
             .and_then(|found| Self::map(state, request, found, source));
         // Memory recycled beyond what was mapped goes back to the device.
-        state.release_held(source);
+        state.release_spare(source);
         mapped
     }
 }
 
-impl PlacementPolicy for PagePolicy {
+impl PlacementPolicy for CompactPagesPolicy {
     #[inline]
     fn candidate(
         &mut self,
