@@ -306,11 +306,11 @@ impl EngineState {
         // The list holds exactly the wholly free segments, least recently idle first.
         idle.sort_unstable();
         let listed: Vec<(u64, u32)> = self
-            .idle
+            .idle_segments
             .iter()
             .map(|s| (self.segments[s as usize].idle_since, s))
             .collect();
-        if listed != idle || self.idle.len() != idle.len() {
+        if listed != idle || self.idle_segments.len() != idle.len() {
             return Err(InvariantError::Index(format!(
                 "idle segments {idle:?} but the engine lists {listed:?}"
             )));

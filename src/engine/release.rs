@@ -122,7 +122,7 @@ impl EngineState {
         let now = self.search_count[large];
         // Ages are fixed during one collection: no searches happen inside it.
         let mut candidates: Vec<(u32, u64, u64)> = self
-            .idle_blocks()
+            .idle_segment_blocks()
             .filter(|&(_, _, kind)| kind == SegmentKind::Large)
             .map(|(block, size, _)| (block, size, now - self.cold[block as usize].gc_base))
             .collect();
@@ -191,7 +191,10 @@ impl EngineState {
     /// Releases every free block that spans a whole segment, in both pools.
     pub(super) fn release_cached_blocks(&mut self, source: &mut dyn SegmentSource) {
         self.stats.num_sync_all_streams += 1;
-        let whole: Vec<u32> = self.idle_blocks().map(|(block, _, _)| block).collect();
+        let whole: Vec<u32> = self
+            .idle_segment_blocks()
+            .map(|(block, _, _)| block)
+            .collect();
         for block in whole {
             self.release_block(block, source);
         }

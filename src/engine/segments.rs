@@ -163,7 +163,7 @@ impl EngineState {
             (s.size, s.kind)
         };
         self.free_index[kind.index()].remove(&key);
-        let was_idle = self.idle.remove(segment);
+        let was_idle = self.idle_segments.remove(segment);
         debug_assert!(was_idle, "segment {segment} released while not idle");
         self.free_block_record(block);
         self.segments[segment as usize].in_use = false;

@@ -54,7 +54,7 @@ impl EngineState {
         let already_split = self.is_split(block);
         if !already_split && !pages_mode {
             // A cached segment goes back to work (a new one was never idle).
-            self.idle.remove(segment);
+            self.idle_segments.remove(segment);
         }
         let split = self.should_split(kind, block_size, rounded);
         if split {
@@ -186,7 +186,7 @@ impl EngineState {
             if !self.is_split(block) {
                 let segment = self.blocks[block as usize].segment;
                 self.segments[segment as usize].idle_since = self.clock;
-                self.idle.push_back(segment);
+                self.idle_segments.push_back(segment);
             }
         }
         block

@@ -31,7 +31,7 @@ pub(crate) struct EngineState {
     pub free_index: [FreeIndex; 2],
     /// Segments that hold a single free block, least recently idle first: what
     /// `empty_cache`, garbage collection and the compact policy release.
-    pub idle: IdleList,
+    pub idle_segments: IdleList,
     pub stats: MemoryStats,
     /// The virtual address of the next segment.
     pub next_base: u64,
@@ -77,7 +77,7 @@ impl EngineState {
             cold: Vec::new(),
             free_block_slots: Vec::new(),
             free_index: [FreeIndex::default(), FreeIndex::default()],
-            idle: IdleList::new(),
+            idle_segments: IdleList::new(),
             stats: MemoryStats::default(),
             next_base: FIRST_BASE,
             search_count: [0, 0],
@@ -155,8 +155,8 @@ impl EngineState {
 
     /// The free blocks that span a whole segment, least recently idle first:
     /// (block, size, kind).
-    pub fn idle_blocks(&self) -> impl Iterator<Item = (u32, u64, SegmentKind)> + '_ {
-        self.idle.iter().map(|segment| {
+    pub fn idle_segment_blocks(&self) -> impl Iterator<Item = (u32, u64, SegmentKind)> + '_ {
+        self.idle_segments.iter().map(|segment| {
             let s = &self.segments[segment as usize];
             (s.head, s.size, s.kind)
         })

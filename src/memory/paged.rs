@@ -57,7 +57,7 @@ fn runs_of(ranges: &[Range<u64>]) -> Vec<(u64, u64)> {
 ///   memory is freed with it.
 pub struct PagedSource {
     memory: PagedMemory,
-    /// Held memory as the engine counts it (see the guarantees).
+    /// Spare memory as the engine counts it (see the guarantees).
     engine_spare: u64,
     /// The wrappers of every range (see [`wrappers`](super::wrappers)).
     wrappers: Wrappers,

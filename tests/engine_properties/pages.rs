@@ -227,7 +227,7 @@ impl<'a> Harness<'a> for PageHarness<'a> {
             device.bind_calls,
             device.live_ranges()
         );
-        // A cap counts physical memory: mapped pages and pages held for reuse, at every
+        // A cap counts physical memory: mapped pages and spare pages, at every
         // moment, as the device saw it. PyTorch's expandable segments check it once per
         // request, with the segment size the request would get, and map whole pages after
         // that: a request of 10 MiB or more may take physical memory up to a large page

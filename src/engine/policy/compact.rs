@@ -130,7 +130,10 @@ fn can_grow_within_slack(state: &EngineState, released: u64, stream: u32, rounde
         return true;
     }
     let mut left = budget_left(state, released, peak);
-    let mut idle: Vec<u64> = state.idle_blocks().map(|(_, size, _)| size).collect();
+    let mut idle: Vec<u64> = state
+        .idle_segment_blocks()
+        .map(|(_, size, _)| size)
+        .collect();
     idle.sort_unstable();
     let mut freed = 0u64;
     for size in idle {
@@ -225,7 +228,10 @@ impl CompactPolicy {
             return;
         }
         let mut left = budget_left(state, self.released, peak);
-        let idle: Vec<(u32, u64)> = state.idle_blocks().map(|(b, size, _)| (b, size)).collect();
+        let idle: Vec<(u32, u64)> = state
+            .idle_segment_blocks()
+            .map(|(b, size, _)| (b, size))
+            .collect();
         for (block, size) in idle {
             if state.reserved() + segment_size <= limit {
                 break;

@@ -332,7 +332,7 @@ impl PagedMemory {
     }
 
     /// Frees chunks with no page in use, largest first, as long as the total stays at most
-    /// `bytes`; returns the bytes freed. Held pages of chunks that are partly in use stay.
+    /// `bytes`; returns the bytes freed. Unbound pages of chunks that are partly in use stay.
     pub fn release_idle(&mut self, bytes: u64) -> u64 {
         if bytes > 0 && self.spare_keeps_a_chunk() {
             // Spare pages alone keep a chunk in use; a failure leaves them where they are.
