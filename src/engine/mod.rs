@@ -78,7 +78,7 @@ pub use types::{Allocation, BlockId, EngineLimits, MAX_SEGMENT_SIZE, MemoryMode,
 use crate::config::{Config, Policy};
 pub(crate) use mode::decide_memory_mode;
 use page_layout::{PageLayout, PageState, UnmappedOrder};
-use policy::{PlacementPolicy, Request};
+use policy::{Growth, PlacementPolicy, Request, StateView};
 use preload::preload_record;
 use rounding::round_request;
 use rounding::{SMALL_SEGMENT_SIZE, segment_size_for};
@@ -362,7 +362,10 @@ impl Engine {
         if state.gc_active() {
             state.search_count[kind.index()] += 1;
         }
-        let block = match self.policy.candidate(state, kind, stream, rounded) {
+        let block = match self
+            .policy
+            .candidate(StateView::new(state), kind, stream, rounded)
+        {
             Some(key) => {
                 // The block's record is read and written next: load it while the index
                 // removes the key.
@@ -377,7 +380,7 @@ impl Engine {
                     requested: size,
                     rounded,
                 };
-                self.policy.grow(state, request, source)?
+                self.policy.grow(&mut Growth::new(state), request, source)?
             }
         };
         Ok(state.take_block(block, rounded, size))

@@ -1,5 +1,7 @@
 //! The engine's layout and statistics: every segment and block, the free index, and what
-//! the rules of placement read. Policies read it; only the engine's own paths change it.
+//! the rules of placement read. Only the engine's own paths change it: policies get a
+//! read-only `policy::StateView` of it, and in `grow` a `policy::Growth` whose methods are
+//! those paths.
 
 use super::error::SizeLimit;
 use super::free_index::{FreeIndex, FreeKey};

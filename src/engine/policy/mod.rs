@@ -1,8 +1,9 @@
 //! Placement policies: which free block serves a request, and how the engine grows when none
 //! does.
 //!
-//! The engine owns the layout ([`EngineState`]) and every change to it; a policy reads the
-//! layout, decides, and asks the engine for the changes. In segments mode,
+//! The engine owns the layout (`EngineState`) and every change to it; a policy reads the
+//! layout through a [`StateView`], decides, and asks the engine for the changes through
+//! [`Growth`], whose methods are the engine's own paths. In segments mode,
 //! `policy:pytorch` is PyTorch's native allocator rule for rule, `policy:compact` adds
 //! wgpool's rules against fragmentation, and `backend:passthrough` gives every request a
 //! segment of its own. In pages mode, `policy:pytorch` is PyTorch's expandable segments
@@ -13,12 +14,12 @@ mod compact_pages;
 mod expandable;
 mod passthrough;
 mod pytorch;
+mod view;
 
 use super::error::AllocError;
 use super::free_index::FreeKey;
 use super::rounding::SegmentKind;
 use super::source::SegmentSource;
-use super::state::EngineState;
 use crate::config::{Caching, Config, Policy};
 
 use compact::CompactPolicy;
@@ -29,6 +30,7 @@ use expandable::ExpandablePolicy;
 pub(crate) const COMPACT_PAGES: (u64, u64) = (compact_pages::SMALL_PAGE, compact_pages::LARGE_PAGE);
 use passthrough::PassthroughPolicy;
 use pytorch::PytorchPolicy;
+pub(crate) use view::{Growth, StateView};
 
 /// A request that missed the cache.
 #[derive(Debug, Clone, Copy)]
@@ -47,7 +49,7 @@ pub(crate) trait PlacementPolicy: std::fmt::Debug + Send + Sync {
     /// engine removes it from the free index and takes it.
     fn candidate(
         &mut self,
-        state: &EngineState,
+        state: StateView<'_>,
         kind: SegmentKind,
         stream: u32,
         rounded: u64,
@@ -62,7 +64,7 @@ pub(crate) trait PlacementPolicy: std::fmt::Debug + Send + Sync {
     /// a source error other than out-of-memory.
     fn grow(
         &mut self,
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         request: Request,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, AllocError>;
