@@ -256,16 +256,16 @@ impl PoolShared {
         // Dropping the parked blocks' pool references is safe: the caller reached `self`
         // through a reference of its own, so none of these is the last one.
         let counts = self.reuse.drain(|parts| free_to_engine(&mut state, *parts));
-        for pool in [SegmentKind::Small, SegmentKind::Large] {
-            let i = pool.index();
+        for kind in [SegmentKind::Small, SegmentKind::Large] {
+            let i = kind.index();
             if counts.reuses[i] > 0 {
-                let oversize = if pool == SegmentKind::Large {
+                let oversize = if kind == SegmentKind::Large {
                     counts.oversize
                 } else {
                     0
                 };
                 state.engine.record_reuse(
-                    pool,
+                    kind,
                     counts.reuses[i],
                     counts.bytes[i],
                     counts.requested[i],

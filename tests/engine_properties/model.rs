@@ -277,16 +277,16 @@ impl<'a> Model<'a> {
             "after {after}: statistics say {got:?} (allocations, allocated, requested); the live \
              blocks {count}, {allocated}, {requested}"
         );
-        for pool in [SegmentKind::Small, SegmentKind::Large] {
-            let t = totals[pool.index()];
+        for kind in [SegmentKind::Small, SegmentKind::Large] {
+            let t = totals[kind.index()];
             let got = (
-                stats.allocation.pool(pool).current,
-                stats.allocated_bytes.pool(pool).current,
-                stats.requested_bytes.pool(pool).current,
+                stats.allocation.pool(kind).current,
+                stats.allocated_bytes.pool(kind).current,
+                stats.requested_bytes.pool(kind).current,
             );
             ensure!(
                 got == t,
-                "after {after}: {pool:?} pool stats {got:?} != model {t:?}"
+                "after {after}: {kind:?} statistics {got:?} != model {t:?}"
             );
         }
         ensure!(
