@@ -1,9 +1,9 @@
 //! What page mapping costs on this adapter, against plain buffers, as one JSON object:
 //!
-//! - `grow`: growing by `--grow-mib` MiB as page-mapped memory (allocate the chunk and bind
+//! - `grow`: growing by `--grow-mib` MiB as pages-mode memory (allocate the chunk and bind
 //!   it, in one call and in 20 MiB steps) against `create_buffer` of the same size;
 //! - `dispatches`: `--dispatches` small independent kernels (a fill of `--block-kib` KiB
-//!   each), in one compute pass, on blocks of one page-mapped range, on blocks of one plain
+//!   each), in one compute pass, on blocks of one address range, on blocks of one plain
 //!   buffer, on blocks in separate buffers (separate segments), on blocks of one range
 //!   reached through a wrapper each (aliases, which wgpu tracks apart) and through 16
 //!   wrappers taken in turn, and on blocks of a pool in each mode (`expandable_segments:True`,
@@ -94,7 +94,7 @@ struct Report {
 
 #[derive(Serialize)]
 struct SweepRow {
-    /// What was timed: `vkAllocateMemory` of page-mapped chunks (each bound before the next
+    /// What was timed: `vkAllocateMemory` of pages-mode chunks (each bound before the next
     /// is allocated, or waited for too), `create_buffer`, or `vkAllocateMemory` alone.
     call: String,
     chunk_bytes: u64,
@@ -183,7 +183,7 @@ struct Dispatches {
     /// Blocks of one range through 16 wrappers in turn: a wrapper seen again in the pass
     /// gets a barrier, which waits for all earlier work.
     one_range_16_aliases_us: f64,
-    /// Blocks of a page-mapped pool (`expandable_segments:True`), through its wrappers.
+    /// Blocks of a pool in pages mode (`expandable_segments:True`), through its wrappers.
     pool_pages_us: f64,
     /// Blocks of a fixed-segment pool (`expandable_segments:False`).
     pool_segments_us: f64,
@@ -193,7 +193,7 @@ struct Dispatches {
     one_range_16_aliases_over_separate: f64,
     pool_pages_over_separate: f64,
     pool_segments_over_separate: f64,
-    /// Wrappers the page-mapped pool's blocks came through (distinct buffers).
+    /// Wrappers the pool in pages mode's blocks came through (distinct buffers).
     pool_pages_wrappers: usize,
 }
 

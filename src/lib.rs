@@ -48,7 +48,7 @@
 //! | [`gpu`] | opening a headless device, adapter facts and memory heaps, error scopes, and the Vulkan page-mapping driver (`gpu::sparse`) | stable, except `sparse`, which is new |
 //! | [`engine`] | the placement engine: segments carved into blocks, PyTorch's policy and statistics; pure Rust, no wgpu. Memory comes from a [`SegmentSource`](engine::SegmentSource) | stable |
 //! | [`history`] | the event log of a pool or a replay, PyTorch snapshot pickles, timelines | stable |
-//! | [`memory`] | where segments and pages meet wgpu: the memory mode decided once, fixed segments, page-mapped ranges as a source ([`PagedSource`](memory::PagedSource)), the host tier, residency's choice of blocks to evict | stable |
+//! | [`memory`] | where segments and pages meet wgpu: the memory mode decided once, fixed segments, address ranges in pages mode as a source ([`PagedSource`](memory::PagedSource)), the host tier, residency's choice of blocks to evict | stable |
 //! | [`pool`] | the wgpu pool: [`Block`](pool::Block) handles, bindings, host overflow, offload and prefetch, residency | stable; start here |
 //! | [`kernels`] | the WGSL kernels of `shaders/` on buffer ranges (pool blocks included) | stable |
 //! | [`staging`] | the host staging pool: fast uploads to and downloads from blocks | stable |

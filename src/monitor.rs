@@ -26,7 +26,7 @@ use crate::pool::Pool;
 /// A pool's memory now, from its statistics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PoolMemory {
-    /// Bytes held by live blocks.
+    /// Bytes used by live blocks.
     pub allocated_bytes: u64,
     /// Highest `allocated_bytes` since the last peak reset.
     pub peak_allocated_bytes: u64,

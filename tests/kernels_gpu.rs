@@ -689,7 +689,7 @@ fn unknown_adapter_name_is_an_error_listing_the_adapters() {
 
 #[test]
 fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
-    use wgpool::bench::{BenchConfig, default_sources, run_bench};
+    use wgpool::bench::{BenchConfig, default_placements, run_bench};
     let ctx = common::gpu();
     let config = BenchConfig {
         size_bytes: 64 * 1024 + 48, // not a power of two: exercises the tails too
@@ -700,8 +700,8 @@ fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
         kernel_options: KernelOptions::default(),
     };
     let mut steps = 0;
-    let mut sources = default_sources(ctx).expect("placements");
-    let placements = sources.len();
+    let mut operand_placements = default_placements(ctx).expect("placements");
+    let placements = operand_placements.len();
     // raw and pool, and host where kernels can bind host memory (lavapipe and NVIDIA; not GL).
     let caps = ctx.capabilities();
     let host = caps.host_overflow.is_available();
@@ -711,7 +711,7 @@ fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
         "{:?}",
         caps.host_overflow
     );
-    let report = run_bench(ctx, &config, &mut sources, &mut |event| {
+    let report = run_bench(ctx, &config, &mut operand_placements, &mut |event| {
         if let wgpool::bench::BenchEvent::Step { .. } = event {
             steps += 1;
         }
@@ -764,10 +764,10 @@ fn bench_verifies_and_reports_every_kernel_on_raw_and_pool_placements() {
             row.verified && row.gbps > 0.0 && row.median_ns > 0.0,
             "{row:?}"
         );
-        // Host operands share one host segment buffer (they are small-pool blocks at this
+        // Host operands share one host segment buffer (they are blocks of the small kind at this
         // size): inputs are then declared read_write, but only kernels that read and write
         // data operands need it (the result word is separate). So do pool operands in fixed
-        // segments (GL). Page-mapped pool operands reach their range through wrappers of
+        // segments (GL). Operands of a pool in pages mode reach their range through wrappers of
         // their own, so they stay read-only.
         let reads_and_writes = ["copy", "scale", "add", "triad"].contains(&row.name.as_str());
         let shared_buffer =

@@ -33,7 +33,7 @@ fn blocks_sharing_a_segment_keep_their_own_bytes() {
     let gpu = common::gpu();
     let pool = pool(gpu, "policy:pytorch");
     let kernels = Kernels::new(gpu.device(), gpu.queue());
-    // Small-pool blocks of several sizes: all land in one 2 MiB segment.
+    // Blocks of the small kind, of several sizes: all land in one 2 MiB segment.
     let sizes = [
         4096u64, 512, 1536, 8192, 1000, 65536, 2048, 512, 12288, 4096, 700, 16384,
     ];
@@ -477,7 +477,7 @@ fn many_threads_allocate_and_free_concurrently() {
     );
 }
 
-/// Issue 10: 4 threads x 10k operations on a page-mapped pool, with data checks.
+/// Issue 10: 4 threads x 10k operations on a pool in pages mode, with data checks.
 #[test]
 fn many_threads_allocate_and_free_concurrently_in_pages_mode() {
     many_threads_allocate_and_free_concurrently_in("expandable_segments:True", MemoryMode::Pages);
@@ -1146,7 +1146,7 @@ fn out_of_memory_says_when_the_segment_size_is_what_does_not_fit() {
     assert!(matches!(error, AllocError::OutOfMemory(_)), "{error}");
     let message = error.to_string();
     for needle in [
-        "new 20.00 MiB segment in the large pool",
+        "new 20.00 MiB large segment",
         "The segment size is what does not fit",
         "8.00 MiB would fit under the cap",
         "large_segment_size_mb",

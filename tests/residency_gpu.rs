@@ -1,10 +1,10 @@
-//! Residency on the GPU (issue 22): a page-mapped pool over its device budget evicts the
+//! Residency on the GPU (issue 22): a pool in pages mode over its device budget evicts the
 //! least recently used blocks to host memory and brings them back on use, with their
 //! addresses and contents; pins hold blocks on the device; the host limit ends in a clear
 //! error with nothing lost; threads submitting at once never see a block mid-move.
 //!
 //! Runs on lavapipe 25 with blocks of 2 MiB and budgets of a few blocks: the default policy
-//! maps the large pool in 512 KiB pages, and a block gives back the whole pages inside it.
+//! maps large segments in 512 KiB pages, and a block gives back the whole pages inside it.
 
 mod common;
 
@@ -38,7 +38,7 @@ fn pool_with(budget: u64, host_limit: Option<u64>) -> Pool {
         Config::parse("").unwrap(),
         PoolOptions::default().with_residency(residency),
     )
-    .expect("a page-mapped pool with residency (lavapipe >= 25: run scripts/setup-vulkan)");
+    .expect("a pool in pages mode with residency (lavapipe >= 25: run scripts/setup-vulkan)");
     assert_eq!(pool.memory_mode(), MemoryMode::Pages);
     pool
 }

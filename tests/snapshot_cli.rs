@@ -229,7 +229,7 @@ fn the_checker_refuses_a_block_outside_live_memory() {
     assert!(text.contains("FAIL"), "{text}");
 }
 
-/// A page-mapped range is reported as PyTorch reports an expandable segment: one segment per
+/// An address range is reported as PyTorch reports an expandable segment: one segment per
 /// run of mapped memory, not the whole reserved address space. On the GPT-2 trace under
 /// PyTorch's expandable segments the two segments are exactly those of PyTorch 2.11's own
 /// snapshot after the same trace on an H200 (8,703,180,800 B large, 8,388,608 B small).

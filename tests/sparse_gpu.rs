@@ -1,7 +1,7 @@
 //! Page mapping on the GPU (Vulkan sparse binding), on the binary's shared device: lavapipe
 //! 25 in CI (`scripts/setup-vulkan` installs it), 4 KiB pages and one queue.
 //!
-//! The page-mapped memory itself, then pools in pages mode through the `Pool` API (issue 10,
+//! The pages-mode memory itself, then pools in pages mode through the `Pool` API (issue 10,
 //! item 3): data across page borders, growth and shrinking while kernels run, a block over
 //! the binding limit used through windows, short address space, and the fallback to fixed
 //! segments. Reuse in submission order, a cap reached and recovered from, and many threads
@@ -68,7 +68,7 @@ fn a_kernel_writes_across_page_and_chunk_borders() {
     let mut memory = paged();
     let page = memory.page_size();
     memory.reserve_range(0, 16 << 20).unwrap();
-    // Sixteen 256 KiB chunks, one map each, then all unmapped: held, not bound.
+    // Sixteen 256 KiB chunks, one map each, then all unmapped: kept in chunks, not bound.
     for i in 0..16u64 {
         memory
             .map(0, &[((8 << 20) + i * (256 << 10), 256 << 10)])
@@ -285,11 +285,11 @@ fn unmapped_memory_is_reused_and_neighbours_keep_their_data() {
     assert_eq!(
         memory.usage().device_bytes,
         2 << 20,
-        "unmapped memory stays held"
+        "unmapped memory stays spare"
     );
     assert!(memory.is_mapped(3, 0, 512 << 10));
     assert!(!memory.is_mapped(3, 0, 1 << 20));
-    // Map elsewhere: the held memory is reused, no new chunk.
+    // Map elsewhere: the spare memory is reused, no new chunk.
     memory.map(3, &[(4 << 20, 1 << 20)]).unwrap();
     assert_eq!(memory.usage().device_bytes, 2 << 20);
     assert_eq!(memory.counters().chunks.allocations, 1);
@@ -397,7 +397,7 @@ fn binds_and_submissions_from_other_threads_stay_correct() {
     });
 }
 
-/// The engine's page operations: unmapped memory stays held, `release_held` frees whole
+/// The engine's page operations: unmapped memory stays spare, `release_spare` frees whole
 /// idle chunks (never more than the engine released), stranded memory is mapped again
 /// before any new chunk, and failures come back with the right kind.
 #[test]
@@ -436,16 +436,16 @@ fn the_segment_source_holds_unmapped_memory_and_frees_what_the_engine_releases()
     assert_eq!(
         memory.memory().usage().device_bytes,
         2 << 20,
-        "unmapped memory stays held"
+        "unmapped memory stays spare"
     );
     // The chunk still backs mapped pages: nothing can be freed, and nothing more is.
-    memory.release_held(1 << 20);
+    memory.release_spare(1 << 20);
     assert_eq!(memory.memory().usage().device_bytes, 2 << 20);
     // That stranded megabyte serves the next map: no new chunk.
     memory.map_pages(id, &[1 << 20..2 << 20]).unwrap();
     assert_eq!(memory.memory().counters().chunks.allocations, 1);
     memory.unmap_pages(id, &[1 << 20..3 << 20]).unwrap();
-    memory.release_held(2 << 20);
+    memory.release_spare(2 << 20);
     assert_eq!(
         memory.memory().usage().device_bytes,
         0,
@@ -612,7 +612,7 @@ fn exhausted_address_space_says_what_helps() {
         "sparse address space is exhausted",
         "Address space is what ran out, not memory",
         "expandable_segments:False",
-        "drop page-mapped pools",
+        "drop pools in pages mode",
     ] {
         assert!(message.contains(needle), "lacks `{needle}`: {message}");
     }
@@ -737,7 +737,7 @@ fn a_pool_that_does_not_cache_keeps_fixed_segments_on_a_page_mapping_device() {
     assert_eq!(pool.page_mapping(), None);
     assert_eq!(
         pool.memory_mode_reason(),
-        "the engine keeps fixed segments under caching:passthrough"
+        "the engine keeps fixed segments under backend:passthrough"
     );
     let block = pool.alloc(1 << 20).unwrap();
     pool.write(&block, &[3u8; 4096]).unwrap();
@@ -753,7 +753,7 @@ fn pages_pool() -> Pool {
     pool
 }
 
-/// Blocks of odd sizes laid side by side in a page-mapped range straddle the device's 4 KiB
+/// Blocks of odd sizes laid side by side in an address range straddle the device's 4 KiB
 /// pages (and the pool's 64 KiB and 512 KiB pages); kernels and host writes on each keep to
 /// its bytes, and a copy between two straddling blocks is exact.
 #[test]
@@ -927,7 +927,7 @@ fn growth_and_shrinking_while_kernels_run_keep_live_blocks_intact() {
     pool.check_consistency().unwrap();
 }
 
-/// A block larger than the storage binding limit, in a page-mapped range: kernels process it
+/// A block larger than the storage binding limit, in an address range: kernels process it
 /// in windows, and an application's own bind group reaches its end through
 /// `binding_range`; every word lands where it belongs.
 #[test]

@@ -3,7 +3,7 @@
 //! bindings, foreign blocks and submission points. Every byte must survive, every error must
 //! be one the API documents, the pool's consistency check must pass along the way, and
 //! nothing may stay allocated at the end. Runs on lavapipe in CI (small sizes), on a
-//! page-mapped pool: pages mapped, recycled and unmapped under the cap while threads write,
+//! pool in pages mode: pages mapped, recycled and unmapped under the cap while threads write,
 //! read and bind.
 
 mod common;

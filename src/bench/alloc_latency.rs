@@ -232,7 +232,7 @@ fn mode_row(
 }
 
 /// The divisor that fits the trace (8.7 GB live at its peak) on the device: 1 on a device
-/// with 32 GiB or more, else 8 (lavapipe's page-mapped address space is 2 GiB).
+/// with 32 GiB or more, else 8 (lavapipe's pages-mode address space is 2 GiB).
 fn trace_scale(gpu: &GpuContext) -> u64 {
     let device = gpu
         .memory_info()

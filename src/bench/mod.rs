@@ -5,11 +5,11 @@
 //! Every kernel result is checked against a CPU reference on fresh random data before it is
 //! timed; a mismatch aborts the run. Figures count bytes read plus bytes written.
 //!
-//! Placements are [`OperandSource`]s: [`default_sources`] gives raw buffers and real pool
-//! blocks; any other source can be passed to [`run_bench`] beside them.
+//! Placements are [`OperandPlacement`]s: [`default_placements`] gives raw buffers and real pool
+//! blocks; any other placement can be passed to [`run_bench`] beside them.
 //!
 //! ```no_run
-//! use wgpool::bench::{BenchConfig, default_sources, run_bench, table};
+//! use wgpool::bench::{BenchConfig, default_placements, run_bench, table};
 //! use wgpool::bench::timing::RunCounts;
 //! use wgpool::gpu::{GpuContext, HeadlessOptions};
 //! let ctx = GpuContext::headless(&HeadlessOptions::default())?;
@@ -21,7 +21,7 @@
 //!     kernels: None,
 //!     kernel_options: Default::default(),
 //! };
-//! let report = run_bench(&ctx, &config, &mut default_sources(&ctx)?, &mut |_| {})?;
+//! let report = run_bench(&ctx, &config, &mut default_placements(&ctx)?, &mut |_| {})?;
 //! print!("{}", table::render(&report));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -45,8 +45,8 @@ pub mod transfers;
 pub use crate::rng;
 pub use error::BenchError;
 pub use mismatch_error::MismatchError;
-pub use placement::{BufferRegion, OperandSet, OperandSource, RawBuffers};
+pub use placement::{BufferRegion, OperandPlacement, OperandSet, RawBuffers};
 pub use pool_placement::{DEFAULT_POOL_CONF, PoolBlocks};
 pub use report::{BenchReport, KernelResult, MoveResult, Omission, PlacementPool};
 pub use residency_moves_error::ResidencyMovesError;
-pub use run::{BenchConfig, BenchEvent, default_sources, default_sources_with, run_bench};
+pub use run::{BenchConfig, BenchEvent, default_placements, default_placements_with, run_bench};

@@ -1,7 +1,7 @@
 //! `wgpool bench --oversubscription`: work over more pool memory than the device budget,
 //! served four ways side by side, against the pool's own host-to-device rate.
 //!
-//! - **residency**: a page-mapped pool with [`ResidencyOptions`] under the budget; it evicts
+//! - **residency**: a pool in pages mode with [`ResidencyOptions`] under the budget; it evicts
 //!   the least recently used blocks to host memory and restores them on use, at the same
 //!   buffer and offset;
 //! - **overflow_host**: `overflow:host` with the pool capped at the budget; blocks past the

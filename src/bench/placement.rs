@@ -1,4 +1,4 @@
-//! Where benchmark operands come from: the [`OperandSource`] trait, and dedicated buffers
+//! Where benchmark operands are placed: the [`OperandPlacement`] trait, and dedicated buffers
 //! (`raw`). Pool blocks are in [`pool_placement`](super::pool_placement).
 
 use std::any::Any;
@@ -71,7 +71,7 @@ impl OperandSet {
 /// Contract: `allocate(ctx, count, size)` returns exactly `count` regions of exactly `size`
 /// bytes each, pairwise disjoint, at offsets that are multiples of the device's
 /// `min_storage_buffer_offset_alignment`, in buffers with [`OPERAND_USAGES`].
-pub trait OperandSource {
+pub trait OperandPlacement {
     /// The placement's name in reports (`raw`, `pool`, ...).
     fn name(&self) -> &str;
 
@@ -122,7 +122,7 @@ pub fn create_operand_buffer(
 #[derive(Debug, Default)]
 pub struct RawBuffers;
 
-impl OperandSource for RawBuffers {
+impl OperandPlacement for RawBuffers {
     fn name(&self) -> &str {
         "raw"
     }

@@ -2,7 +2,7 @@
 //! pool offloaded to host memory, bound by kernels over PCIe).
 
 use super::error::BenchError;
-use super::placement::{BufferRegion, OperandSet, OperandSource};
+use super::placement::{BufferRegion, OperandPlacement, OperandSet};
 use super::report::PlacementPool;
 use crate::config::Config;
 use crate::gpu::GpuContext;
@@ -14,7 +14,7 @@ use crate::pool::{Block, Pool, Residency};
 pub const DEFAULT_POOL_CONF: &str = "policy:pytorch,expandable_segments:auto";
 
 /// A leading block that puts the operands at non-zero offsets of a shared segment; 2 MiB keeps
-/// it in the large pool, with the operands.
+/// it among the large segments, with the operands.
 const LEAD_BYTES: u64 = 2 << 20;
 
 /// Operands are pool blocks side by side in one shared segment, after a leading block, so
@@ -89,7 +89,7 @@ pub fn default_config() -> Config {
     Config::parse(DEFAULT_POOL_CONF).expect("DEFAULT_POOL_CONF parses")
 }
 
-impl OperandSource for PoolBlocks {
+impl OperandPlacement for PoolBlocks {
     fn name(&self) -> &str {
         if self.host { "host" } else { "pool" }
     }

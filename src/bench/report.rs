@@ -29,7 +29,7 @@ pub struct BenchReport {
     pub copy_peak_gbps: f64,
     /// The pool behind each placement that has one (`pool`, `host`): its configuration and
     /// the memory mode it ran, so that a report says whether `pool` rows were measured on
-    /// page-mapped ranges or on fixed segments.
+    /// address ranges or on fixed segments.
     pub pools: Vec<PlacementPool>,
     /// One row per kernel and placement, in run order.
     pub kernels: Vec<KernelResult>,
@@ -112,7 +112,7 @@ pub struct PlacementPool {
     pub placement: String,
     /// The pool's configuration, in `WGPOOL_CONF` syntax.
     pub conf: String,
-    /// `pages` (page-mapped ranges) or `segments` (fixed segment buffers).
+    /// `pages` (address ranges) or `segments` (fixed segment buffers).
     pub memory_mode: MemoryMode,
     /// Why the pool runs in that mode ([`Pool::memory_mode_reason`](crate::pool::Pool::memory_mode_reason)).
     pub memory_mode_reason: String,

@@ -12,7 +12,7 @@ use crate::pool::Residency;
 
 use super::error::BenchError;
 use super::mismatch_error::MismatchError;
-use super::placement::{OperandSet, OperandSource, RawBuffers, create_operand_buffer};
+use super::placement::{OperandPlacement, OperandSet, RawBuffers, create_operand_buffer};
 use super::pool_placement::PoolBlocks;
 use super::reference::{self, FILL_WORD, PATTERN_SEED, SCALAR};
 use super::report::{BenchReport, KernelResult, MoveResult, Omission};
@@ -51,21 +51,21 @@ pub enum BenchEvent<'a> {
 }
 
 /// The placements `wgpool bench` compares: dedicated buffers ([`RawBuffers`], `raw`), real
-/// pool blocks ([`PoolBlocks::device`], `pool`: page-mapped where the device can map pages,
+/// pool blocks ([`PoolBlocks::device`], `pool`: in pages mode where the device can map pages,
 /// in shared segments elsewhere), and, where kernels can bind host memory, pool blocks
 /// offloaded to host memory ([`PoolBlocks::host`], `host`); the pools run
 /// [`DEFAULT_POOL_CONF`](super::DEFAULT_POOL_CONF).
-pub fn default_sources(ctx: &GpuContext) -> Result<Vec<Box<dyn OperandSource>>, BenchError> {
-    default_sources_with(ctx, &super::pool_placement::default_config())
+pub fn default_placements(ctx: &GpuContext) -> Result<Vec<Box<dyn OperandPlacement>>, BenchError> {
+    default_placements_with(ctx, &super::pool_placement::default_config())
 }
 
-/// [`default_sources`] with the `pool` and `host` placements' pools running `pool_config`
+/// [`default_placements`] with the `pool` and `host` placements' pools running `pool_config`
 /// (`wgpool bench --conf`).
-pub fn default_sources_with(
+pub fn default_placements_with(
     ctx: &GpuContext,
     pool_config: &Config,
-) -> Result<Vec<Box<dyn OperandSource>>, BenchError> {
-    let mut sources: Vec<Box<dyn OperandSource>> = vec![
+) -> Result<Vec<Box<dyn OperandPlacement>>, BenchError> {
+    let mut placements: Vec<Box<dyn OperandPlacement>> = vec![
         Box::new(RawBuffers),
         Box::new(PoolBlocks::with_config(
             ctx,
@@ -77,23 +77,23 @@ pub fn default_sources_with(
         .features()
         .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
     {
-        sources.push(Box::new(PoolBlocks::with_config(
+        placements.push(Box::new(PoolBlocks::with_config(
             ctx,
             pool_config.clone(),
             Residency::Host,
         )?));
     }
-    Ok(sources)
+    Ok(placements)
 }
 
-/// Runs the benchmark. Each kernel runs on operands from each source in turn: first on fresh
+/// Runs the benchmark. Each kernel runs on operands from each placement in turn: first on fresh
 /// random inputs, checked against the CPU reference (a mismatch returns
 /// [`BenchError::Verification`] at once), then warm-up and timed runs. The copy peak is the
-/// f32 copy on the first source named `raw` (measured separately when there is none).
+/// f32 copy on the first placement named `raw` (measured separately when there is none).
 pub fn run_bench(
     ctx: &GpuContext,
     config: &BenchConfig,
-    sources: &mut [Box<dyn OperandSource>],
+    placements: &mut [Box<dyn OperandPlacement>],
     progress: &mut dyn FnMut(BenchEvent<'_>),
 ) -> Result<BenchReport, BenchError> {
     if config.size_bytes == 0 || config.size_bytes % 16 != 0 {
@@ -126,8 +126,8 @@ pub fn run_bench(
             .filter(|&k| k != Kernel::Move)
             .collect(),
     };
-    let has_raw = sources.iter().any(|s| s.name() == "raw");
-    let steps = (selected.len() * sources.len()) as u64 + 3 + u64::from(!has_raw);
+    let has_raw = placements.iter().any(|s| s.name() == "raw");
+    let steps = (selected.len() * placements.len()) as u64 + 3 + u64::from(!has_raw);
     progress(BenchEvent::Plan { steps });
     let timer = Timer::new(ctx.device(), ctx.queue(), config.force_wall);
     let mut rows = Vec::new();
@@ -135,13 +135,13 @@ pub fn run_bench(
     for &kernel in &selected {
         // Every placement is prepared and verified first, then timed in interleaved rounds,
         // so that a drift of the GPU's clocks falls on all placements alike.
-        let mut prepared = Vec::with_capacity(sources.len());
-        for source in sources.iter_mut() {
+        let mut prepared = Vec::with_capacity(placements.len());
+        for placement in placements.iter_mut() {
             let label = format!(
                 "{}_{} on {}",
                 kernel.name(),
                 kernel.dtype().as_str(),
-                source.name()
+                placement.name()
             );
             progress(BenchEvent::Step { label: &label });
             seed = seed.wrapping_add(0x100);
@@ -149,7 +149,7 @@ pub fn run_bench(
                 ctx,
                 &kernels,
                 kernel,
-                source.as_mut(),
+                placement.as_mut(),
                 config,
                 seed,
             )?);
@@ -202,9 +202,9 @@ pub fn run_bench(
         timed_runs: config.counts.timed,
         seed: config.seed,
         copy_peak_gbps: peak,
-        pools: sources.iter().filter_map(|s| s.pool()).collect(),
+        pools: placements.iter().filter_map(|s| s.pool()).collect(),
         kernels: rows.into_iter().map(|r| r.result).collect(),
-        omitted: omissions(ctx, &kernels, config, sources),
+        omitted: omissions(ctx, &kernels, config, placements),
         moves,
         alloc: None,
         transfers: None,
@@ -218,7 +218,7 @@ fn omissions(
     ctx: &GpuContext,
     kernels: &Kernels,
     config: &BenchConfig,
-    sources: &[Box<dyn OperandSource>],
+    placements: &[Box<dyn OperandPlacement>],
 ) -> Vec<Omission> {
     let capabilities = ctx.capabilities();
     let mut out = Vec::new();
@@ -249,7 +249,8 @@ fn omissions(
             reason,
         });
     }
-    if !capabilities.host_overflow.is_available() && !sources.iter().any(|s| s.name() == "host") {
+    if !capabilities.host_overflow.is_available() && !placements.iter().any(|s| s.name() == "host")
+    {
         out.push(Omission {
             what: "placement host".to_string(),
             reason: capabilities.host_overflow.text().to_string(),
@@ -343,13 +344,13 @@ struct PreparedPlacement {
     _result: Option<wgpu::Buffer>,
 }
 
-/// Allocates the kernel's operands from `source`, fills them with random data, runs the
+/// Allocates the kernel's operands from `placement`, fills them with random data, runs the
 /// kernel once and checks its output against the CPU reference.
 fn prepare_kernel(
     ctx: &GpuContext,
     kernels: &Kernels,
     kernel: Kernel,
-    source: &mut dyn OperandSource,
+    placement: &mut dyn OperandPlacement,
     config: &BenchConfig,
     seed: u64,
 ) -> Result<PreparedPlacement, BenchError> {
@@ -357,11 +358,11 @@ fn prepare_kernel(
     let words = (size / 4) as usize;
     let inputs = kernel.input_names().len();
     let data_operands = inputs + usize::from(kernel.output_name().is_some());
-    let set = source.allocate(ctx, data_operands, size)?;
+    let set = placement.allocate(ctx, data_operands, size)?;
     if set.len() != data_operands || set.regions().iter().any(|r| r.size != size) {
         return Err(BenchError::Config(format!(
             "placement {} returned {} operands for a request of {data_operands} of {size} bytes",
-            source.name(),
+            placement.name(),
             set.len()
         )));
     }
@@ -394,13 +395,13 @@ fn prepare_kernel(
     reference::check(kernel, &input_words, output.as_deref(), result_word, words).map_err(
         |mismatch| BenchError::Verification {
             kernel: label.clone(),
-            placement: source.name().to_string(),
+            placement: placement.name().to_string(),
             source: mismatch,
         },
     )?;
     check_uncaptured(ctx, &label)?;
     Ok(PreparedPlacement {
-        placement: source.name().to_string(),
+        placement: placement.name().to_string(),
         prepared,
         _set: set,
         _result: result_buffer,

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use wgpool::bench::oversubscription::{self, OversubscriptionConfig, OversubscriptionReport};
 use wgpool::bench::timing::RunCounts;
 use wgpool::bench::{
-    BenchConfig, BenchError, BenchEvent, alloc_latency, default_sources_with, run_bench, table,
+    BenchConfig, BenchError, BenchEvent, alloc_latency, default_placements_with, run_bench, table,
 };
 use wgpool::config::Config;
 use wgpool::gpu::{GpuContext, HeadlessOptions};
@@ -15,7 +15,7 @@ use wgpool::kernels::{Kernel, KernelError, KernelOptions};
 use super::{Failure, output};
 use wgpool::plot::{Bar, BarGroup, BarPanel};
 
-/// Block size of the allocation-latency measurement: a large-pool block.
+/// Block size of the allocation-latency measurement: a block of the large kind.
 const ALLOC_BENCH_BYTES: u64 = 4 << 20;
 
 /// Fewest timed runs a median is taken over.
@@ -217,8 +217,8 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             }
         }
     };
-    let result = default_sources_with(&ctx, &pool_config)
-        .and_then(|mut sources| run_bench(&ctx, &config, &mut sources, &mut progress));
+    let result = default_placements_with(&ctx, &pool_config)
+        .and_then(|mut placements| run_bench(&ctx, &config, &mut placements, &mut progress));
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }

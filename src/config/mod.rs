@@ -147,7 +147,7 @@ pub struct Config {
     pub per_process_memory_fraction: Option<f64>,
     /// Cap in bytes (`memory_limit_mb`).
     pub memory_limit: Option<u64>,
-    /// Segment size for large-pool requests under 10 MiB (`large_segment_size_mb`).
+    /// Segment size for requests of the large kind under 10 MiB (`large_segment_size_mb`).
     pub large_segment_size: u64,
     /// Page mapping (`expandable_segments`); `None` is the policy's default: `auto` for
     /// `policy:compact`, `False` for `policy:pytorch` (PyTorch's default). See

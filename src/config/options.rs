@@ -287,11 +287,11 @@ pub const OPTIONS: &[OptionSpec] = &[
         key: "large_segment_size_mb",
         default: "20",
         allowed: "an integer number of MiB, from 10 to 2097151 (2 TiB, the largest segment)",
-        meaning: "Size of a new segment for a large-pool request under 10 MiB (PyTorch's \
-                  kLargeBuffer). Small-pool segments are 2 MiB; requests of 10 MiB or more get \
+        meaning: "Size of a new segment for a request of the large kind under 10 MiB (PyTorch's \
+                  kLargeBuffer). Segments of the small kind are 2 MiB; requests of 10 MiB or more get \
                   a segment of their own size rounded up to 2 MiB. With `policy:pytorch` in \
-                  pages mode it is also the large pool's page. A segment or page above the \
-                  device's largest (its `max_buffer_size`, or its largest page-mapped range) \
+                  pages mode it is also the large kind's page. A segment or page above the \
+                  device's largest (its `max_buffer_size`, or its largest address range) \
                   is clamped to that.",
         apply: |c, v| {
             c.large_segment_size = parse_mib_in(v.scalar()?, 10, MAX_SIZE_MB)?;
@@ -303,12 +303,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         key: "expandable_segments",
         default: "`auto` with `policy:compact`, `False` with `policy:pytorch`",
         allowed: "`auto`, `True` or `False` (also `true`, `false`, `1`, `0`)",
-        meaning: "Map memory in pages into growing address ranges (virtual memory: Vulkan \
-                  sparse binding on a GPU) instead of fixed segments. `True` requires a device \
+        meaning: "Map memory in pages into growing address ranges (pages mode; virtual memory: \
+                  Vulkan sparse binding on a GPU) instead of fixed segments. `True` requires a device \
                   that can map pages; `auto` maps pages where the device can and uses fixed \
                   segments elsewhere; `False` always uses fixed segments. With \
                   `policy:pytorch`, pages follow PyTorch's expandable segments (one range per \
-                  stream and pool, 2 MiB pages for the small pool and 20 MiB for the large, \
+                  stream and segment kind, 2 MiB pages for the small kind and 20 MiB for the large, \
                   unmapped when cached blocks are released); with `policy:compact`, idle pages \
                   are recycled to keep physical memory near the peak of live memory. \
                   `backend:passthrough` needs `False` or `auto`.",

@@ -42,8 +42,8 @@ pub struct SegmentSnapshot {
     pub address: u64,
     /// Its size.
     pub size: u64,
-    /// Its pool.
-    pub pool: SegmentKind,
+    /// Its kind (PyTorch's small or large pool).
+    pub kind: SegmentKind,
     /// Its stream.
     pub stream: u32,
     /// Its blocks, lowest offset first, covering the segment exactly.
@@ -83,7 +83,7 @@ impl EngineState {
                 id: SegmentId(id as u32),
                 address: s.base,
                 size: s.size,
-                pool: s.pool,
+                kind: s.kind,
                 stream: s.stream,
                 blocks,
             });
@@ -97,7 +97,7 @@ impl EngineState {
     /// allocated block is. In pages mode also: unmapped blocks start and end on page borders,
     /// no two are adjacent, none is allocated, each is indexed once; `reserved_bytes` is the
     /// mapped bytes; the idle pages list holds exactly the free blocks with a whole page; no
-    /// memory is held between calls. Returns the first violation.
+    /// memory is spare between calls. Returns the first violation.
     pub fn check_invariants(&self) -> Result<(), InvariantError> {
         let mut counted = super::MemoryStats::default();
         let mut indexed_free = 0usize;
@@ -106,16 +106,16 @@ impl EngineState {
         let mut idle_pages = Vec::new();
         for segment in self.snapshot() {
             let s = &self.segments[segment.id.0 as usize];
-            let pool = segment.pool;
-            let page = self.page_of(pool);
-            if !self.paged {
+            let kind = segment.kind;
+            let page = self.page_of(kind);
+            if !self.pages_mode {
                 if let [only] = segment.blocks.as_slice()
                     && !only.allocated
                 {
                     idle.push((s.idle_since, segment.id.0));
                 }
-                counted.segment.increase(pool, 1);
-                counted.reserved_bytes.increase(pool, segment.size);
+                counted.segment.increase(kind, 1);
+                counted.reserved_bytes.increase(kind, segment.size);
                 if self.is_oversize(segment.size) {
                     counted.oversize_segments.increase(1);
                 }
@@ -144,7 +144,7 @@ impl EngineState {
                 }
                 expected_offset += b.size;
                 if !b.mapped {
-                    if !self.paged || b.allocated {
+                    if !self.pages_mode || b.allocated {
                         return Err(InvariantError::Layout(format!(
                             "segment {:?}: block at {} is unmapped but {}",
                             segment.id,
@@ -174,18 +174,18 @@ impl EngineState {
                     continue;
                 }
                 previous_unmapped = false;
-                if self.paged {
+                if self.pages_mode {
                     counted
                         .reserved_bytes
-                        .increase(pool, b.size - b.evicted_bytes);
+                        .increase(kind, b.size - b.evicted_bytes);
                 }
                 if b.allocated {
                     previous_free = false;
-                    counted.allocation.increase(pool, 1);
-                    counted.active.increase(pool, 1);
-                    counted.allocated_bytes.increase(pool, b.size);
-                    counted.active_bytes.increase(pool, b.size);
-                    counted.requested_bytes.increase(pool, b.requested);
+                    counted.allocation.increase(kind, 1);
+                    counted.active.increase(kind, 1);
+                    counted.allocated_bytes.increase(kind, b.size);
+                    counted.active_bytes.increase(kind, b.size);
+                    counted.requested_bytes.increase(kind, b.requested);
                     if self.is_oversize(b.size) {
                         counted.oversize_allocations.increase(1);
                     }
@@ -198,13 +198,13 @@ impl EngineState {
                     }
                     previous_free = true;
                     indexed_free += 1;
-                    if self.paged {
+                    if self.pages_mode {
                         if super::page_layout::holds_page(b.offset, b.size, page) {
                             idle_pages.push((segment.id.0, b.offset));
                         }
                     } else if split {
-                        counted.inactive_split.increase(pool, 1);
-                        counted.inactive_split_bytes.increase(pool, b.size);
+                        counted.inactive_split.increase(kind, 1);
+                        counted.inactive_split_bytes.increase(kind, b.size);
                     }
                 }
             }
@@ -224,9 +224,9 @@ impl EngineState {
                         segment.id
                     )));
                 }
-                if (b.pool, b.stream, b.base) != (s.pool, s.stream, s.base) {
+                if (b.kind, b.stream, b.base) != (s.kind, s.stream, s.base) {
                     return Err(InvariantError::Layout(format!(
-                        "segment {:?}: block {cursor} has a stale copy of the segment's pool, stream or base",
+                        "segment {:?}: block {cursor} has a stale copy of the segment's kind, stream or base",
                         segment.id
                     )));
                 }
@@ -234,8 +234,8 @@ impl EngineState {
                 cursor = self.links.next(cursor);
             }
         }
-        for pool in [SegmentKind::Small, SegmentKind::Large] {
-            for key in self.free_index[pool.index()].iter() {
+        for kind in [SegmentKind::Small, SegmentKind::Large] {
+            for key in self.free_index[kind.index()].iter() {
                 let b = &self.blocks[key.block as usize];
                 if !b.in_use
                     || !self.links.is_free_block(key.block)
@@ -245,14 +245,14 @@ impl EngineState {
                         "free index entry {key:?} does not match its block"
                     )));
                 }
-                if self.segments[b.segment as usize].pool != pool {
+                if self.segments[b.segment as usize].kind != kind {
                     return Err(InvariantError::Index(format!(
-                        "block {} indexed in the wrong pool",
+                        "block {} indexed under the wrong segment kind",
                         key.block
                     )));
                 }
             }
-            let by_size = self.pages.unmapped_by_size[pool.index()].iter().map(
+            let by_size = self.pages.unmapped_by_size[kind.index()].iter().map(
                 |&(stream, size, address, block)| FreeKey {
                     stream,
                     size,
@@ -260,7 +260,7 @@ impl EngineState {
                     block,
                 },
             );
-            let by_address = self.pages.unmapped_by_address[pool.index()]
+            let by_address = self.pages.unmapped_by_address[kind.index()]
                 .iter()
                 .map(|&(_, _, block)| self.key_of(block));
             for key in by_size.chain(by_address) {
@@ -268,7 +268,7 @@ impl EngineState {
                 if !b.in_use
                     || !self.links.is_unmapped_block(key.block)
                     || key != self.key_of(key.block)
-                    || b.pool != pool
+                    || b.kind != kind
                 {
                     return Err(InvariantError::Index(format!(
                         "unmapped index entry {key:?} does not match its block"
@@ -306,11 +306,11 @@ impl EngineState {
         // The list holds exactly the wholly free segments, least recently idle first.
         idle.sort_unstable();
         let listed: Vec<(u64, u32)> = self
-            .idle
+            .idle_segments
             .iter()
             .map(|s| (self.segments[s as usize].idle_since, s))
             .collect();
-        if listed != idle || self.idle.len() != idle.len() {
+        if listed != idle || self.idle_segments.len() != idle.len() {
             return Err(InvariantError::Index(format!(
                 "idle segments {idle:?} but the engine lists {listed:?}"
             )));
@@ -334,10 +334,10 @@ impl EngineState {
                 "free blocks with idle pages {idle_pages:?} but the engine lists {listed:?}"
             )));
         }
-        if self.pages.stats.held_bytes != 0 {
+        if self.pages.stats.spare_bytes != 0 {
             return Err(InvariantError::Statistics(format!(
-                "{} bytes held between calls",
-                self.pages.stats.held_bytes
+                "{} bytes spare between calls",
+                self.pages.stats.spare_bytes
             )));
         }
         let indexed = self.free_index[0].len() + self.free_index[1].len();

@@ -119,11 +119,14 @@ impl std::fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "wgpool out of memory: tried to allocate {} (rounded to {}, needing a new {} segment in the {}). ",
+            "wgpool out of memory: tried to allocate {} (rounded to {}, needing a new {} {} segment). ",
             bytes(self.requested),
             bytes(self.rounded),
             bytes(self.segment_size),
-            self.kind.stat_name().replace('_', " "),
+            match self.kind {
+                SegmentKind::Small => "small",
+                SegmentKind::Large => "large",
+            },
         )?;
         match (&self.cap, &self.cause) {
             (Some(cap), OomCause::Cap) => {
@@ -187,7 +190,7 @@ impl std::fmt::Display for OutOfMemory {
                 SegmentKind::Small => write!(
                     f,
                     "The segment size is what does not fit: {} would fit under the cap, but \
-                     requests of at most 1 MiB share small-pool segments of {}; raise the cap \
+                     requests of at most 1 MiB share small segments of {}; raise the cap \
                      by that much. ",
                     bytes(self.rounded),
                     bytes(self.segment_size)
@@ -200,7 +203,7 @@ impl std::fmt::Display for OutOfMemory {
             return write!(
                 f,
                 "Address space is what ran out, not memory, so a larger cap or overflow:host \
-                 will not help: drop page-mapped pools you no longer need (a pool gives its \
+                 will not help: drop pools in pages mode you no longer need (a pool gives its \
                  ranges back once its blocks are freed and empty_cache runs, or it is \
                  dropped), serve more blocks from fewer pools, or give this pool fixed \
                  segments with expandable_segments:False, which take no address space."

@@ -33,7 +33,7 @@ pub enum EvictError {
     #[error(transparent)]
     NotLive(#[from] FreeError),
     /// The engine keeps fixed segments: a block cannot give back part of one.
-    #[error("only a page-mapped pool can evict a block and keep its address")]
+    #[error("only a pool in pages mode can evict a block and keep its address")]
     NotPages,
     /// Restoring needs memory that the cap, or the device, does not have now. Nothing was
     /// counted as an out-of-memory: make room and retry.
@@ -55,7 +55,7 @@ impl EngineState {
     /// The run of whole pages inside live block `index`, if any.
     pub(super) fn interior(&self, index: u32) -> Option<Range<u64>> {
         let b = &self.blocks[index as usize];
-        let page = self.page_of(b.pool);
+        let page = self.page_of(b.kind);
         let (offset, end) = (b.offset(), b.offset() + b.size());
         let low = round_up_to_page(offset, page);
         let high = end / page * page;
@@ -72,7 +72,7 @@ impl EngineState {
         // The statistics of a free, then the layout: the block is cut where the run starts
         // and ends, each end merged as a freed block, the run as unmapped space.
         self.count_free(index);
-        let kind = self.blocks[index as usize].pool;
+        let kind = self.blocks[index as usize].kind;
         self.stats.evicted_bytes.decrease(kind, run.end - run.start);
         self.links.set_allocated(index, false);
         let mut middle = index;
@@ -100,7 +100,7 @@ impl Engine {
     /// [`evict`](Self::evict) unmaps. `None` for a block smaller than a page, one not live,
     /// or in segments mode.
     pub fn evictable_run(&self, id: BlockId) -> Option<Range<u64>> {
-        if !self.state.paged {
+        if !self.state.pages_mode {
             return None;
         }
         self.state.live_block(id)?;
@@ -110,7 +110,7 @@ impl Engine {
     /// Bytes a call of [`evict`](Self::evict) on `id` would unmap: its whole interior
     /// pages (0 for a block smaller than a page, or in segments mode).
     pub fn evictable_bytes(&self, id: BlockId) -> u64 {
-        if !self.state.paged || self.state.live_block(id).is_none() {
+        if !self.state.pages_mode || self.state.live_block(id).is_none() {
             return 0;
         }
         self.state
@@ -136,7 +136,7 @@ impl Engine {
         if self.state.live_block(id).is_none() {
             return Err(FreeError::NotLive(id).into());
         }
-        if !self.state.paged {
+        if !self.state.pages_mode {
             return Err(EvictError::NotPages);
         }
         if self.state.pages.evicted.contains_key(&id.index) {
@@ -147,7 +147,7 @@ impl Engine {
         };
         let (kind, segment) = {
             let b = &self.state.blocks[id.index as usize];
-            (b.pool, b.segment)
+            (b.kind, b.segment)
         };
         source
             .unmap_pages(SegmentId(segment), std::slice::from_ref(&run))
@@ -156,14 +156,14 @@ impl Engine {
         let state = &mut self.state;
         state.pages.evicted.insert(id.index, run);
         let stats = &mut state.pages.stats;
-        stats.held_bytes += bytes;
+        stats.spare_bytes += bytes;
         stats.unmapped_total += bytes;
         stats.bind_calls += 1;
         state.stats.num_device_free += 1;
         state.stats.reserved_bytes.decrease(kind, bytes);
         state.stats.evicted_bytes.increase(kind, bytes);
         state.stats.num_evictions += 1;
-        state.release_held(source);
+        state.release_spare(source);
         Ok(bytes)
     }
 
@@ -189,23 +189,23 @@ impl Engine {
         };
         let (kind, segment) = {
             let b = &self.state.blocks[id.index as usize];
-            (b.pool, b.segment)
+            (b.kind, b.segment)
         };
         let bytes = run.end - run.start;
         let over_cap = |state: &EngineState| {
-            let new_memory = bytes - bytes.min(state.pages.stats.held_bytes);
+            let new_memory = bytes - bytes.min(state.pages.stats.spare_bytes);
             state
                 .cap
                 .is_some_and(|cap| state.physical().saturating_add(new_memory) > cap)
         };
         if over_cap(&self.state) {
             // Idle pages of free blocks go before any live block has to: their memory is
-            // held for this map.
+            // then spare, for this map.
             let excess = self.state.physical().saturating_add(bytes);
             let excess = excess.saturating_sub(self.state.cap.unwrap_or(u64::MAX));
             let _ = self.state.recycle_idle(excess, [u32::MAX; 2], source);
         }
-        let held = self.state.pages.stats.held_bytes;
+        let spare = self.state.pages.stats.spare_bytes;
         let over_cap = over_cap(&self.state);
         let mapped = if over_cap {
             Err(NoSegment::Cap)
@@ -230,7 +230,7 @@ impl Engine {
         let state = &mut self.state;
         state.pages.evicted.remove(&id.index);
         let stats = &mut state.pages.stats;
-        stats.held_bytes -= bytes.min(held);
+        stats.spare_bytes -= bytes.min(spare);
         stats.mapped_total += bytes;
         stats.bind_calls += 1;
         state.stats.num_device_alloc += 1;

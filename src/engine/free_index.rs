@@ -1,4 +1,4 @@
-//! The ordered set of free blocks of one pool, searched best-fit by (stream, size, address).
+//! The ordered set of free blocks of one segment kind, searched best-fit by (stream, size, address).
 //!
 //! Free blocks are grouped by stream, then by size class: one class for each size below
 //! 32 KiB (in 512 B steps) and 32 classes per power of two above. Each class keeps its blocks
@@ -8,8 +8,8 @@
 //! many free blocks there are. The order it yields is exactly the order of one sorted set by
 //! (stream, size, address).
 //!
-//! Cost: each stream that ever had a free block in the pool keeps its classes, 33 KiB of
-//! empty sets, for the pool's life. Callers use a handful of streams; one that made up a new
+//! Cost: each stream that ever had a free block in the index keeps its classes, 33 KiB of
+//! empty sets, for the engine's life. Callers use a handful of streams; one that made up a new
 //! stream number per request would pay that much per number.
 
 use std::collections::BTreeSet;
@@ -240,7 +240,7 @@ impl Iterator for Descending<'_> {
     }
 }
 
-/// Free blocks of one pool.
+/// Free blocks of one segment kind.
 #[derive(Debug, Default)]
 pub(crate) struct FreeIndex {
     /// One entry per stream that ever had a free block, by ascending stream.

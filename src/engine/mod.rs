@@ -78,7 +78,7 @@ pub use types::{Allocation, BlockId, EngineLimits, MAX_SEGMENT_SIZE, MemoryMode,
 use crate::config::{Config, Policy};
 pub(crate) use mode::decide_memory_mode;
 use page_layout::{PageLayout, PageState, UnmappedOrder};
-use policy::{PlacementPolicy, Request};
+use policy::{Growth, PlacementPolicy, Request, StateView};
 use preload::preload_record;
 use rounding::round_request;
 use rounding::{SMALL_SEGMENT_SIZE, segment_size_for};
@@ -141,10 +141,10 @@ impl Engine {
         if mode == MemoryMode::Pages && page_mapping.is_none() {
             return Err(EngineError::PagesUnavailable);
         }
-        let paged = mode == MemoryMode::Pages;
-        let pages = match (paged, page_mapping) {
+        let pages_mode = mode == MemoryMode::Pages;
+        let pages = match (pages_mode, page_mapping) {
             (true, Some(mapping)) => {
-                // PyTorch maps 2 MiB pages for the small pool and pages of its large
+                // PyTorch maps 2 MiB pages for the small kind and pages of its large
                 // segment (20 MiB) for the large one; the compact policy maps finer pages.
                 let (small, large, order) = match config.policy {
                     Policy::Pytorch => (
@@ -174,7 +174,7 @@ impl Engine {
         } else {
             SizeLimit::Engine
         };
-        let policy = policy::for_config(&config, paged);
+        let policy = policy::for_config(&config, pages_mode);
         let mut state = EngineState::new(config, cap, max_segment_size, pages);
         state.size_limit = size_limit;
         Ok(Engine { state, policy })
@@ -182,7 +182,7 @@ impl Engine {
 
     /// Whether the engine maps pages or creates fixed segments.
     pub fn memory_mode(&self) -> MemoryMode {
-        if self.state.paged {
+        if self.state.pages_mode {
             MemoryMode::Pages
         } else {
             MemoryMode::Segments
@@ -192,12 +192,12 @@ impl Engine {
     /// The page the engine maps for blocks of `kind`, in pages mode: every map and unmap is
     /// whole pages of this size (a multiple of the device's page).
     pub fn page_size(&self, kind: SegmentKind) -> Option<u64> {
-        self.state.paged.then(|| self.state.page_of(kind))
+        self.state.pages_mode.then(|| self.state.page_of(kind))
     }
 
     /// What page mapping has done, in pages mode.
     pub fn page_stats(&self) -> Option<PageStats> {
-        self.state.paged.then(|| {
+        self.state.pages_mode.then(|| {
             let mut stats = self.state.pages.stats;
             stats.mapped_bytes = self.state.reserved();
             stats
@@ -312,7 +312,7 @@ impl Engine {
             offset: b.offset(),
             block_size: b.size(),
             requested: b.requested,
-            kind: b.pool,
+            kind: b.kind,
             address: b.address(),
         })
     }
@@ -362,7 +362,10 @@ impl Engine {
         if state.gc_active() {
             state.search_count[kind.index()] += 1;
         }
-        let block = match self.policy.candidate(state, kind, stream, rounded) {
+        let block = match self
+            .policy
+            .candidate(StateView::new(state), kind, stream, rounded)
+        {
             Some(key) => {
                 // The block's record is read and written next: load it while the index
                 // removes the key.
@@ -377,7 +380,7 @@ impl Engine {
                     requested: size,
                     rounded,
                 };
-                self.policy.grow(state, request, source)?
+                self.policy.grow(&mut Growth::new(state), request, source)?
             }
         };
         Ok(state.take_block(block, rounded, size))
@@ -450,7 +453,7 @@ impl Engine {
     /// freed, and ranges left without a mapped page are released; pages the source refuses
     /// to unmap stay mapped.
     pub fn empty_cache(&mut self, source: &mut dyn SegmentSource) {
-        if self.state.paged {
+        if self.state.pages_mode {
             // A source that refuses to unmap keeps its pages; there is nothing else to do.
             let batched = self.state.config.policy == Policy::Compact;
             let _ = self.state.unmap_all_idle(batched, source);

@@ -16,20 +16,20 @@ pub(crate) fn usable_page_mapping(offered: Option<PageMapping>) -> Option<PageMa
 ///
 /// Guarantees: [`MemoryMode::Pages`] only where the source offers a usable page mapping
 /// (see [`usable_page_mapping`]), `expandable_segments` is `auto` or `True` and the engine
-/// caches (`caching:native`); [`MemoryMode::Segments`] otherwise. The one error is
+/// caches (`backend:native`); [`MemoryMode::Segments`] otherwise. The one error is
 /// [`EngineError::PagesUnavailable`]: `expandable_segments:True` on a source with no usable
 /// page mapping.
 pub(crate) fn decide_memory_mode(
     config: &Config,
     page_mapping: Option<PageMapping>,
 ) -> Result<MemoryMode, EngineError> {
-    let paged = match (config.expandable(), usable_page_mapping(page_mapping)) {
+    let pages_mode = match (config.expandable(), usable_page_mapping(page_mapping)) {
         (ExpandableSegments::False, _) => false,
         (ExpandableSegments::True, None) => return Err(EngineError::PagesUnavailable),
         (_, None) => false,
         (_, Some(_)) => config.backend == Caching::Native,
     };
-    Ok(if paged {
+    Ok(if pages_mode {
         MemoryMode::Pages
     } else {
         MemoryMode::Segments

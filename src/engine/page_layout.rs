@@ -15,9 +15,9 @@ use super::types::MAX_SEGMENT_SIZE;
 pub struct PageStats {
     /// Bytes mapped now (equal to `reserved_bytes.all.current` in pages mode).
     pub mapped_bytes: u64,
-    /// Bytes unmapped and held by the source for reuse now (0 between calls).
-    pub held_bytes: u64,
-    /// Peak of physical memory, mapped plus held, since creation or `reset_peak_stats`.
+    /// Spare bytes now: unmapped and kept by the source for reuse (0 between calls).
+    pub spare_bytes: u64,
+    /// Peak of physical memory, mapped plus spare, since creation or `reset_peak_stats`.
     pub physical_peak: u64,
     /// Bytes mapped over the engine's life.
     pub mapped_total: u64,

@@ -10,8 +10,8 @@
 //! Statistics follow PyTorch's expandable segments: `reserved_bytes` counts mapped bytes,
 //! each map counts in `num_device_alloc` and each unmap in `num_device_free`, ranges are not
 //! `segment`s, and no block counts as `inactive_split`. Physical memory is what is mapped
-//! plus what is held (unmapped and kept by the source for the next map); the engine keeps
-//! no memory held between calls.
+//! plus spare memory (unmapped and kept by the source for the next map); the engine keeps
+//! no spare memory between calls.
 
 use std::collections::BTreeSet;
 use std::ops::Range;
@@ -43,16 +43,16 @@ impl EngineState {
         self.pages.layout.map_or(1, |l| l.page[kind.index()])
     }
 
-    /// Physical memory now: mapped plus held.
+    /// Physical memory now: mapped plus spare.
     pub fn physical(&self) -> u64 {
-        self.reserved() + self.pages.stats.held_bytes
+        self.reserved() + self.pages.stats.spare_bytes
     }
 
     /// Lists a free mapped block among the idle pages if it holds a whole page, as the most
     /// recently freed.
     pub(super) fn pages_note_idle(&mut self, block: u32) {
         let b = &self.blocks[block as usize];
-        let page = self.page_of(b.pool);
+        let page = self.page_of(b.kind);
         self.pages.idle_pages.remove(block);
         if holds_page(b.offset(), b.size(), page) {
             self.pages.idle_pages.push_back(block);
@@ -66,7 +66,7 @@ impl EngineState {
             return;
         }
         let r = &self.blocks[remainder as usize];
-        if holds_page(r.offset(), r.size(), self.page_of(r.pool)) {
+        if holds_page(r.offset(), r.size(), self.page_of(r.kind)) {
             self.pages.idle_pages.replace(block, remainder);
         } else {
             self.pages.idle_pages.remove(block);
@@ -75,7 +75,7 @@ impl EngineState {
 
     fn index_unmapped(&mut self, block: u32) {
         let key = self.key_of(block);
-        let kind = self.blocks[block as usize].pool.index();
+        let kind = self.blocks[block as usize].kind.index();
         match self.pages.order {
             UnmappedOrder::Size => {
                 let inserted = self.pages.unmapped_by_size[kind].insert((
@@ -94,7 +94,7 @@ impl EngineState {
 
     fn unindex_unmapped(&mut self, block: u32) {
         let key = self.key_of(block);
-        let kind = self.blocks[block as usize].pool.index();
+        let kind = self.blocks[block as usize].kind.index();
         match self.pages.order {
             UnmappedOrder::Size => {
                 let removed = self.pages.unmapped_by_size[kind].remove(&(
@@ -246,12 +246,12 @@ impl EngineState {
     ) -> Result<(), NoSegment> {
         let (kind, offset, size, segment) = {
             let b = &self.blocks[block as usize];
-            (b.pool, b.offset(), b.size(), b.segment)
+            (b.kind, b.offset(), b.size(), b.segment)
         };
         debug_assert!(self.links.is_unmapped(block));
         debug_assert!(bytes > 0 && bytes <= size && bytes % self.page_of(kind) == 0);
-        let held = self.pages.stats.held_bytes;
-        let new_memory = bytes - bytes.min(held);
+        let spare = self.pages.stats.spare_bytes;
+        let new_memory = bytes - bytes.min(spare);
         if check_cap
             && self
                 .cap
@@ -271,7 +271,7 @@ impl EngineState {
         }
         self.links.set_unmapped(block, false);
         let stats = &mut self.pages.stats;
-        stats.held_bytes -= bytes.min(held);
+        stats.spare_bytes -= bytes.min(spare);
         stats.mapped_total += bytes;
         stats.bind_calls += 1;
         self.stats.reserved_bytes.increase(kind, bytes);
@@ -285,7 +285,7 @@ impl EngineState {
     fn plan_unmap(&self, block: u32, max_bytes: u64) -> Option<Range<u64>> {
         let b = &self.blocks[block as usize];
         let (offset, size) = (b.offset(), b.size());
-        let page = self.page_of(b.pool);
+        let page = self.page_of(b.kind);
         let low = round_up_to_page(offset, page);
         let high = (offset + size) / page * page;
         if low >= high || max_bytes == 0 {
@@ -300,7 +300,7 @@ impl EngineState {
     fn apply_unmap(&mut self, block: u32, run: Range<u64>) {
         let (kind, offset, size) = {
             let b = &self.blocks[block as usize];
-            (b.pool, b.offset(), b.size())
+            (b.kind, b.offset(), b.size())
         };
         debug_assert!(self.links.is_free_block(block));
         let page = self.page_of(kind);
@@ -336,7 +336,7 @@ impl EngineState {
         self.merge_unmapped(middle);
         let bytes = run.end - run.start;
         let stats = &mut self.pages.stats;
-        stats.held_bytes += bytes;
+        stats.spare_bytes += bytes;
         stats.unmapped_total += bytes;
         self.stats.reserved_bytes.decrease(kind, bytes);
     }
@@ -352,7 +352,7 @@ impl EngineState {
     /// Unmaps whole pages of free mapped block `block`: up to `max_bytes` (rounded up to
     /// pages) of them, the highest first, in one bind. The unmapped part merges with
     /// unmapped neighbours; a range left wholly unmapped is released. Returns the bytes
-    /// unmapped, now held.
+    /// unmapped, now spare.
     ///
     /// # Errors
     ///
@@ -367,7 +367,7 @@ impl EngineState {
     }
 
     /// Unmaps whole pages of several free mapped blocks (each with its byte limit), with one
-    /// bind per range. Returns the bytes unmapped, now held.
+    /// bind per range. Returns the bytes unmapped, now spare.
     ///
     /// # Errors
     ///
@@ -419,12 +419,12 @@ impl EngineState {
         block
     }
 
-    /// Gives held memory back to the device.
-    pub fn release_held(&mut self, source: &mut dyn SegmentSource) {
-        let held = self.pages.stats.held_bytes;
-        if held > 0 {
-            source.release_held(held);
-            self.pages.stats.held_bytes = 0;
+    /// Gives spare memory back to the device.
+    pub fn release_spare(&mut self, source: &mut dyn SegmentSource) {
+        let spare = self.pages.stats.spare_bytes;
+        if spare > 0 {
+            source.release_spare(spare);
+            self.pages.stats.spare_bytes = 0;
         }
     }
 
@@ -463,11 +463,11 @@ impl EngineState {
         for segment in 0..self.segments.len() as u32 {
             self.release_if_empty(segment, source);
         }
-        self.release_held(source);
+        self.release_spare(source);
         result
     }
 
-    /// Unmaps idle pages, least recently freed first, until `bytes` are held or no idle
+    /// Unmaps idle pages, least recently freed first, until `bytes` are spare or no idle
     /// page is left; pages of the blocks in `keep` stay. Returns the bytes unmapped.
     pub fn recycle_idle(
         &mut self,

@@ -6,7 +6,7 @@ use super::types::MAX_SEGMENT_SIZE;
 #[derive(Debug, Clone)]
 pub(crate) struct SegmentRecord {
     pub size: u64,
-    pub pool: SegmentKind,
+    pub kind: SegmentKind,
     pub stream: u32,
     /// A virtual address, unique over the engine's life, that orders equal-size free blocks.
     pub base: u64,
@@ -19,7 +19,7 @@ pub(crate) struct SegmentRecord {
     pub idle_since: u64,
 }
 
-/// What every allocation and free reads of a block, in 40 bytes. The segment's base, pool
+/// What every allocation and free reads of a block, in 40 bytes. The segment's base, kind
 /// and stream are copied in, so that neither path reads the segment. The links to the
 /// neighbouring blocks and the allocated flag live in [`BlockLinks`].
 ///
@@ -38,7 +38,7 @@ pub(crate) struct BlockRecord {
     pub serial: u32,
     pub segment: u32,
     pub stream: u32,
-    pub pool: SegmentKind,
+    pub kind: SegmentKind,
     /// Whether the slot holds a block.
     pub in_use: bool,
 }
@@ -75,7 +75,7 @@ impl BlockRecord {
             segment: self.segment,
             base: self.base,
             stream: self.stream,
-            pool: self.pool,
+            kind: self.kind,
         }
     }
 }
@@ -86,13 +86,13 @@ pub(crate) struct SegmentFields {
     pub segment: u32,
     pub base: u64,
     pub stream: u32,
-    pub pool: SegmentKind,
+    pub kind: SegmentKind,
 }
 
 /// What only garbage collection reads of a block, kept apart from [`BlockRecord`] and
 /// written only while garbage collection is active.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct BlockCold {
-    /// The pool's search counter when the block was last freed (PyTorch's `gc_count_base`).
+    /// Its segment kind's search counter when the block was last freed (PyTorch's `gc_count_base`).
     pub gc_base: u64,
 }

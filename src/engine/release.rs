@@ -122,8 +122,8 @@ impl EngineState {
         let now = self.search_count[large];
         // Ages are fixed during one collection: no searches happen inside it.
         let mut candidates: Vec<(u32, u64, u64)> = self
-            .idle_blocks()
-            .filter(|&(_, _, pool)| pool == SegmentKind::Large)
+            .idle_segment_blocks()
+            .filter(|&(_, _, kind)| kind == SegmentKind::Large)
             .map(|(block, size, _)| (block, size, now - self.cold[block as usize].gc_base))
             .collect();
         let mut total_age: u64 = candidates.iter().map(|c| c.2).sum();
@@ -152,7 +152,7 @@ impl EngineState {
     /// enough was released.
     fn release_available_cached_blocks(
         &mut self,
-        pool: SegmentKind,
+        kind: SegmentKind,
         stream: u32,
         rounded: u64,
         source: &mut dyn SegmentSource,
@@ -161,7 +161,7 @@ impl EngineState {
             return false;
         };
         let wanted = rounded.max(max_split);
-        let index = &self.free_index[pool.index()];
+        let index = &self.free_index[kind.index()];
         let covering = index
             .fits_ascending(stream, wanted)
             .find(|k| !self.is_split(k.block));
@@ -191,7 +191,10 @@ impl EngineState {
     /// Releases every free block that spans a whole segment, in both pools.
     pub(super) fn release_cached_blocks(&mut self, source: &mut dyn SegmentSource) {
         self.stats.num_sync_all_streams += 1;
-        let whole: Vec<u32> = self.idle_blocks().map(|(block, _, _)| block).collect();
+        let whole: Vec<u32> = self
+            .idle_segment_blocks()
+            .map(|(block, _, _)| block)
+            .collect();
         for block in whole {
             self.release_block(block, source);
         }

@@ -1,15 +1,15 @@
-//! Request rounding, pool choice and new-segment sizes (PyTorch's `round_size`,
+//! Request rounding, the choice of segment kind and new-segment sizes (PyTorch's `round_size`,
 //! `get_pool` and `get_allocation_size`).
 
 use crate::config::Config;
 
 /// Every block size and offset is a multiple of this (PyTorch's `kMinBlockSize`).
 pub const MIN_BLOCK_SIZE: u64 = 512;
-/// Requests up to this rounded size go to the small pool (`kSmallSize`).
+/// Requests up to this rounded size are of the small kind (`kSmallSize`).
 pub const SMALL_SIZE: u64 = 1 << 20;
-/// Segment size for small-pool requests (`kSmallBuffer`).
+/// Segment size for requests of the small kind (`kSmallBuffer`).
 pub const SMALL_SEGMENT_SIZE: u64 = 2 << 20;
-/// Large-pool requests below this get a `large_segment_size` segment (`kMinLargeAlloc`).
+/// Requests of the large kind below this get a `large_segment_size` segment (`kMinLargeAlloc`).
 pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
 /// Larger segments are rounded up to a multiple of this (`kRoundLarge`).
 pub const ROUND_LARGE: u64 = 2 << 20;

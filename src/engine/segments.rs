@@ -32,7 +32,7 @@ impl EngineState {
     pub fn create_segment(
         &mut self,
         size: u64,
-        pool: SegmentKind,
+        kind: SegmentKind,
         stream: u32,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
@@ -43,13 +43,13 @@ impl EngineState {
             return Err(NoSegment::Cap);
         }
         let slot = self.take_segment_slot();
-        if let Err(error) = source.create_segment(SegmentId(slot), size, pool) {
+        if let Err(error) = source.create_segment(SegmentId(slot), size, kind) {
             self.free_segment_slots.push(slot);
             return Err(NoSegment::Source(error));
         }
-        let head = self.install_segment(slot, size, pool, stream, source);
-        self.stats.segment.increase(pool, 1);
-        self.stats.reserved_bytes.increase(pool, size);
+        let head = self.install_segment(slot, size, kind, stream, source);
+        self.stats.segment.increase(kind, 1);
+        self.stats.reserved_bytes.increase(kind, size);
         self.stats.num_device_alloc += 1;
         if self.is_oversize(size) {
             self.stats.oversize_segments.increase(1);
@@ -62,7 +62,7 @@ impl EngineState {
         self.free_segment_slots.pop().unwrap_or_else(|| {
             self.segments.push(SegmentRecord {
                 size: 0,
-                pool: SegmentKind::Small,
+                kind: SegmentKind::Small,
                 stream: 0,
                 base: 0,
                 head: NONE,
@@ -73,7 +73,7 @@ impl EngineState {
         })
     }
 
-    /// Records a segment (or page-mapped range) the source has just created in `slot`: its
+    /// Records a segment (or address range) the source has just created in `slot`: its
     /// address, the source's where it gives a usable one (an oracle replay: where PyTorch
     /// put it), else above every segment so far; and one block spanning it, which it
     /// returns (not yet indexed).
@@ -81,17 +81,17 @@ impl EngineState {
         &mut self,
         slot: u32,
         size: u64,
-        pool: SegmentKind,
+        kind: SegmentKind,
         stream: u32,
         source: &mut dyn SegmentSource,
     ) -> u32 {
-        let base = match source.segment_address(SegmentId(slot), size, pool) {
+        let base = match source.segment_address(SegmentId(slot), size, kind) {
             Some(address) if is_usable_base(address, size) => address,
             _ => self.next_segment_base(size),
         };
         self.segments[slot as usize] = SegmentRecord {
             size,
-            pool,
+            kind,
             stream,
             base,
             head: NONE,
@@ -102,7 +102,7 @@ impl EngineState {
             segment: slot,
             base,
             stream,
-            pool,
+            kind,
         };
         let head = self.new_block_record(of, 0, size);
         self.segments[slot as usize].head = head;
@@ -143,13 +143,13 @@ impl EngineState {
             base += self.segments[s as usize].size;
         }
         self.next_base = base;
-        if self.paged {
+        if self.pages_mode {
             self.reindex_unmapped();
         }
         for block in indexed {
-            let pool = self.segments[self.blocks[block as usize].segment as usize].pool;
+            let kind = self.segments[self.blocks[block as usize].segment as usize].kind;
             let key = self.key_of(block);
-            self.free_index[pool.index()].insert(key);
+            self.free_index[kind.index()].insert(key);
         }
     }
 
@@ -158,19 +158,19 @@ impl EngineState {
         debug_assert!(!self.is_split(block) && !self.links.is_allocated(block));
         let key = self.key_of(block);
         let segment = self.blocks[block as usize].segment;
-        let (size, pool) = {
+        let (size, kind) = {
             let s = &self.segments[segment as usize];
-            (s.size, s.pool)
+            (s.size, s.kind)
         };
-        self.free_index[pool.index()].remove(&key);
-        let was_idle = self.idle.remove(segment);
+        self.free_index[kind.index()].remove(&key);
+        let was_idle = self.idle_segments.remove(segment);
         debug_assert!(was_idle, "segment {segment} released while not idle");
         self.free_block_record(block);
         self.segments[segment as usize].in_use = false;
         self.free_segment_slots.push(segment);
         source.release_segment(SegmentId(segment), size);
-        self.stats.segment.decrease(pool, 1);
-        self.stats.reserved_bytes.decrease(pool, size);
+        self.stats.segment.decrease(kind, 1);
+        self.stats.reserved_bytes.decrease(kind, size);
         self.stats.num_device_free += 1;
         if self.is_oversize(size) {
             self.stats.oversize_segments.decrease(1);

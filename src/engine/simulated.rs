@@ -1,4 +1,4 @@
-//! [`VirtualSegments`]: a [`SegmentSource`] whose segments and page-mapped ranges exist only
+//! [`VirtualSegments`]: a [`SegmentSource`] whose segments and address ranges exist only
 //! as numbers, for trace replay, property tests and benchmarks.
 
 use std::collections::BTreeMap;
@@ -8,11 +8,11 @@ use super::rounding::SegmentKind;
 use super::source::{PageMapping, SegmentSource, SourceError};
 use super::types::SegmentId;
 
-/// Segments and page-mapped ranges that exist only as numbers: for trace replay, property
+/// Segments and address ranges that exist only as numbers: for trace replay, property
 /// tests and benchmarks.
 ///
 /// With a `device_limit`, creating a segment or mapping pages that would take physical
-/// memory (segments, mapped pages and held pages) over it fails with an out-of-memory
+/// memory (segments, mapped pages and spare pages) over it fails with an out-of-memory
 /// error, as a device would. Page mapping is on by default and modelled on an NVIDIA H200
 /// ([`VirtualSegments::H200_PAGES`]); the page operations check what the engine asks (runs
 /// page aligned, inside the range, maps only of unmapped pages, unmaps only of mapped ones)
@@ -31,15 +31,15 @@ pub struct VirtualSegments {
     pub pages: Option<PageMapping>,
     /// Bytes of pages mapped now.
     pub mapped_bytes: u64,
-    /// Bytes unmapped and held for reuse.
-    pub held_bytes: u64,
+    /// Spare bytes: unmapped and kept for reuse.
+    pub spare_bytes: u64,
     /// Bytes mapped over the source's life.
     pub mapped_total: u64,
     /// Bytes unmapped over the source's life.
     pub unmapped_total: u64,
     /// `map_pages` and `unmap_pages` calls: batched binds.
     pub bind_calls: u64,
-    /// Peak of physical memory: segments plus mapped plus held bytes.
+    /// Peak of physical memory: segments plus mapped plus spare bytes.
     pub physical_peak: u64,
     /// Live ranges: id -> (size, mapped runs start -> end).
     ranges: BTreeMap<u32, (u64, BTreeMap<u64, u64>)>,
@@ -54,7 +54,7 @@ impl Default for VirtualSegments {
             released: 0,
             pages: Some(Self::H200_PAGES),
             mapped_bytes: 0,
-            held_bytes: 0,
+            spare_bytes: 0,
             mapped_total: 0,
             unmapped_total: 0,
             bind_calls: 0,
@@ -92,9 +92,9 @@ impl VirtualSegments {
         self
     }
 
-    /// Physical memory held now: segments, mapped pages and held pages.
+    /// Physical memory now: segments, mapped pages and spare pages.
     pub fn physical_bytes(&self) -> u64 {
-        self.live_bytes + self.mapped_bytes + self.held_bytes
+        self.live_bytes + self.mapped_bytes + self.spare_bytes
     }
 
     /// Live ranges.
@@ -224,7 +224,7 @@ impl SegmentSource for VirtualSegments {
             // The engine unmaps every page first; keep the counts right even if it did not.
             let still: u64 = mapped.iter().map(|(s, e)| e - s).sum();
             self.mapped_bytes -= still;
-            self.held_bytes += still;
+            self.spare_bytes += still;
         }
     }
 
@@ -244,8 +244,8 @@ impl SegmentSource for VirtualSegments {
             }
         }
         let bytes: u64 = runs.iter().map(|r| r.end - r.start).sum();
-        let from_held = bytes.min(self.held_bytes);
-        if self.would_exceed(bytes - from_held) {
+        let from_spare = bytes.min(self.spare_bytes);
+        if self.would_exceed(bytes - from_spare) {
             return Err(SourceError::out_of_memory(format!(
                 "the simulated device has {} bytes in use of its limit",
                 self.physical_bytes()
@@ -267,7 +267,7 @@ impl SegmentSource for VirtualSegments {
             }
             mapped.insert(start, end);
         }
-        self.held_bytes -= from_held;
+        self.spare_bytes -= from_spare;
         self.mapped_bytes += bytes;
         self.mapped_total += bytes;
         self.bind_calls += 1;
@@ -302,14 +302,14 @@ impl SegmentSource for VirtualSegments {
         }
         let bytes: u64 = runs.iter().map(|r| r.end - r.start).sum();
         self.mapped_bytes -= bytes;
-        self.held_bytes += bytes;
+        self.spare_bytes += bytes;
         self.unmapped_total += bytes;
         self.bind_calls += 1;
         Ok(())
     }
 
-    fn release_held(&mut self, bytes: u64) {
-        self.held_bytes = self.held_bytes.saturating_sub(bytes);
+    fn release_spare(&mut self, bytes: u64) {
+        self.spare_bytes = self.spare_bytes.saturating_sub(bytes);
     }
 }
 
@@ -320,10 +320,10 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
-    /// The virtual device counts what it is asked, reuses held memory before new memory,
+    /// The virtual device counts what it is asked, reuses spare memory before new memory,
     /// and refuses wrong calls instead of miscounting.
     #[test]
-    fn virtual_pages_count_binds_and_reuse_held_memory() {
+    fn virtual_pages_count_binds_and_reuse_spare_memory() {
         let mut device = VirtualSegments::with_device_limit(10 * MIB);
         let range = SegmentId(3);
         device
@@ -337,12 +337,15 @@ mod tests {
         device
             .unmap_pages(range, std::slice::from_ref(&(2 * MIB..4 * MIB)))
             .unwrap();
-        assert_eq!((device.mapped_bytes, device.held_bytes), (4 * MIB, 2 * MIB));
-        // 6 MiB physical; mapping 6 MiB more takes the 2 held and 4 new: 10 MiB, the limit.
+        assert_eq!(
+            (device.mapped_bytes, device.spare_bytes),
+            (4 * MIB, 2 * MIB)
+        );
+        // 6 MiB physical; mapping 6 MiB more takes the 2 spare and 4 new: 10 MiB, the limit.
         device
             .map_pages(range, std::slice::from_ref(&(10 * MIB..16 * MIB)))
             .unwrap();
-        assert_eq!((device.physical_bytes(), device.held_bytes), (10 * MIB, 0));
+        assert_eq!((device.physical_bytes(), device.spare_bytes), (10 * MIB, 0));
         let error = device
             .map_pages(range, std::slice::from_ref(&(20 * MIB..22 * MIB)))
             .unwrap_err();
@@ -365,7 +368,7 @@ mod tests {
         device
             .unmap_pages(range, &[0..2 * MIB, 6 * MIB..8 * MIB])
             .unwrap();
-        device.release_held(4 * MIB);
+        device.release_spare(4 * MIB);
         assert_eq!(device.physical_bytes(), 6 * MIB);
         assert_eq!(
             (

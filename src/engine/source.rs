@@ -31,10 +31,11 @@ use super::types::SegmentId;
 ///   [`release_range`](SegmentSource::release_range): address space only, no memory. Ranges
 ///   and segments share the id space: an id is either a live segment or a live range.
 /// - [`map_pages`](SegmentSource::map_pages): puts memory behind runs of a range, in *one*
-///   batched bind; memory held from earlier unmaps is used first, then new memory.
+///   batched bind; spare memory (from earlier unmaps) is used first, then new memory.
 /// - [`unmap_pages`](SegmentSource::unmap_pages): takes memory from behind runs, in one
-///   batched bind; the memory stays *held* by the source, for the next `map_pages`.
-/// - [`release_held`](SegmentSource::release_held): frees held memory (`empty_cache`, a cap).
+///   batched bind; the memory stays with the source as *spare* memory, for the next
+///   `map_pages`.
+/// - [`release_spare`](SegmentSource::release_spare): frees spare memory (`empty_cache`, a cap).
 ///
 /// Every run is a byte range `start..end` inside the range, both ends multiples of
 /// [`PageMapping::page`]; the runs of one call are sorted and do not overlap. The engine
@@ -42,7 +43,7 @@ use super::types::SegmentId;
 /// whose pages are in use by GPU work must defer the unbind until that work completes (the
 /// engine has already handed the addresses out again only where they are mapped). Physical
 /// memory, as the engine counts it for caps and statistics, is the bytes mapped plus the
-/// bytes held.
+/// spare bytes.
 pub trait SegmentSource {
     /// Provides memory for segment `id` of `size` bytes. `id` is not in use until the matching
     /// `release_segment`; ids are reused after release.
@@ -68,8 +69,8 @@ pub trait SegmentSource {
     /// The engine orders free blocks of equal size by address, so addresses decide which of
     /// two equal blocks is reused. A source that answers must give live segments disjoint
     /// ranges; an address that is not 512 B aligned or that reaches 2^57 is ignored. Trace
-    /// replay's oracle mode answers with the addresses PyTorch handed out; a page-mapped
-    /// range, whose first block sits at its start as in PyTorch's expandable segments, can
+    /// replay's oracle mode answers with the addresses PyTorch handed out; an address range
+    /// of pages mode, whose first block sits at its start as in PyTorch's expandable segments, can
     /// take its address the same way.
     fn segment_address(&mut self, id: SegmentId, size: u64, kind: SegmentKind) -> Option<u64> {
         let _ = (id, size, kind);
@@ -106,7 +107,7 @@ pub trait SegmentSource {
         let _ = (id, size);
     }
 
-    /// Maps memory behind `runs` of range `id` in one batched bind: held memory first, then
+    /// Maps memory behind `runs` of range `id` in one batched bind: spare memory first, then
     /// new memory. All or nothing: on error no page of the call is mapped.
     ///
     /// # Errors
@@ -119,7 +120,7 @@ pub trait SegmentSource {
         Err(SourceError::other("this segment source cannot map pages"))
     }
 
-    /// Unmaps `runs` of range `id` in one batched bind. Their memory stays held for reuse.
+    /// Unmaps `runs` of range `id` in one batched bind. Their memory stays spare for reuse.
     /// No live block lies on these pages, but GPU work submitted earlier may still use
     /// them: the source unbinds them only once that work has completed.
     ///
@@ -131,9 +132,9 @@ pub trait SegmentSource {
         Err(SourceError::other("this segment source cannot map pages"))
     }
 
-    /// Frees `bytes` of held memory (memory unmapped and kept for reuse). The engine asks
+    /// Frees `bytes` of spare memory (memory unmapped and kept for reuse). The engine asks
     /// for no more than it unmapped and has not mapped again.
-    fn release_held(&mut self, bytes: u64) {
+    fn release_spare(&mut self, bytes: u64) {
         let _ = bytes;
     }
 }
@@ -189,7 +190,7 @@ impl PageMapping {
 pub enum SourceErrorKind {
     /// The device has no memory for the request now; releasing cached memory may help.
     OutOfMemory,
-    /// The device has memory, but no address space for another page-mapped range: ranges of
+    /// The device has memory, but no address space for another address range: ranges of
     /// other pools on the device hold it. Releasing this engine's idle ranges may help; a
     /// larger cap or host overflow does not.
     AddressSpace,

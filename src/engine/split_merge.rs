@@ -29,34 +29,34 @@ impl EngineState {
 
     /// Counts live block `index` as freed in the statistics (the layout is the caller's).
     pub(super) fn count_free(&mut self, index: u32) {
-        let (pool, size, requested) = {
+        let (kind, size, requested) = {
             let b = &self.blocks[index as usize];
-            (b.pool, b.size(), b.requested)
+            (b.kind, b.size(), b.requested)
         };
-        self.stats.allocation.decrease(pool, 1);
-        self.stats.allocated_bytes.decrease(pool, size);
+        self.stats.allocation.decrease(kind, 1);
+        self.stats.allocated_bytes.decrease(kind, size);
         if self.is_oversize(size) {
             self.stats.oversize_allocations.decrease(1);
         }
-        self.stats.active.decrease(pool, 1);
-        self.stats.active_bytes.decrease(pool, size);
-        self.stats.requested_bytes.decrease(pool, requested);
+        self.stats.active.decrease(kind, 1);
+        self.stats.active_bytes.decrease(kind, size);
+        self.stats.requested_bytes.decrease(kind, requested);
     }
 
     /// Marks a found free block allocated, splitting off the tail when worthwhile
     /// (PyTorch's `alloc_found_block`).
     pub fn take_block(&mut self, block: u32, rounded: u64, requested: u64) -> Allocation {
-        let (segment, block_size, pool) = {
+        let (segment, block_size, kind) = {
             let b = &self.blocks[block as usize];
-            (b.segment, b.size(), b.pool)
+            (b.segment, b.size(), b.kind)
         };
-        let paged = self.paged;
+        let pages_mode = self.pages_mode;
         let already_split = self.is_split(block);
-        if !already_split && !paged {
+        if !already_split && !pages_mode {
             // A cached segment goes back to work (a new one was never idle).
-            self.idle.remove(segment);
+            self.idle_segments.remove(segment);
         }
-        let split = self.should_split(pool, block_size, rounded);
+        let split = self.should_split(kind, block_size, rounded);
         if split {
             let remaining_size = block_size - rounded;
             let offset = self.blocks[block as usize].offset();
@@ -67,30 +67,30 @@ impl EngineState {
             let remainder = self.new_block_record(of, offset + rounded, remaining_size);
             self.links.set_prev(remainder, block);
             self.links.set_next(remainder, next);
-            self.mark_freed(remainder, pool);
+            self.mark_freed(remainder, kind);
             if next != NONE {
                 self.links.set_prev(next, remainder);
             }
             self.links.set_next(block, remainder);
             self.blocks[block as usize].set_size(rounded);
             let key = self.key_of(remainder);
-            self.free_index[pool.index()].insert(key);
-            if paged {
+            self.free_index[kind.index()].insert(key);
+            if pages_mode {
                 // The remainder keeps the block's place among idle pages, if it has one.
                 self.pages_hand_over(block, remainder);
             } else if already_split {
-                self.stats.inactive_split_bytes.decrease(pool, rounded);
+                self.stats.inactive_split_bytes.decrease(kind, rounded);
             } else {
                 self.stats
                     .inactive_split_bytes
-                    .increase(pool, remaining_size);
-                self.stats.inactive_split.increase(pool, 1);
+                    .increase(kind, remaining_size);
+                self.stats.inactive_split.increase(kind, 1);
             }
-        } else if paged {
+        } else if pages_mode {
             self.pages.idle_pages.remove(block);
         } else if already_split {
-            self.stats.inactive_split_bytes.decrease(pool, block_size);
-            self.stats.inactive_split.decrease(pool, 1);
+            self.stats.inactive_split_bytes.decrease(kind, block_size);
+            self.stats.inactive_split.decrease(kind, 1);
         }
         self.links.set_allocated(block, true);
         let b = &mut self.blocks[block as usize];
@@ -99,14 +99,14 @@ impl EngineState {
         // when the same record serves the next request.
         b.serial = b.serial.wrapping_add(1);
         let (size, offset, serial, address) = (b.size(), b.offset(), b.serial, b.address());
-        self.stats.allocation.increase(pool, 1);
-        self.stats.allocated_bytes.increase(pool, size);
+        self.stats.allocation.increase(kind, 1);
+        self.stats.allocated_bytes.increase(kind, size);
         self.lifetime_allocated_peak = self
             .lifetime_allocated_peak
             .max(self.stats.allocated_bytes.all.current);
-        self.stats.active.increase(pool, 1);
-        self.stats.active_bytes.increase(pool, size);
-        self.stats.requested_bytes.increase(pool, requested);
+        self.stats.active.increase(kind, 1);
+        self.stats.active_bytes.increase(kind, size);
+        self.stats.requested_bytes.increase(kind, requested);
         self.lifetime_requested_peak = self
             .lifetime_requested_peak
             .max(self.stats.requested_bytes.all.current);
@@ -123,7 +123,7 @@ impl EngineState {
             offset,
             block_size: size,
             requested,
-            kind: pool,
+            kind,
             address,
         }
     }
@@ -134,9 +134,9 @@ impl EngineState {
     /// block. Unmapped neighbours never merge with it.
     pub fn merge_free_block(&mut self, block: u32) -> u32 {
         let merged = self.merge_free_block_unindexed(block);
-        let pool = self.blocks[merged as usize].pool;
+        let kind = self.blocks[merged as usize].kind;
         let key = self.key_of(merged);
-        self.free_index[pool.index()].insert(key);
+        self.free_index[kind.index()].insert(key);
         merged
     }
 
@@ -144,16 +144,16 @@ impl EngineState {
     /// the free index, for a caller that takes it at once.
     #[inline(always)]
     pub fn merge_free_block_unindexed(&mut self, block: u32) -> u32 {
-        let pool = self.blocks[block as usize].pool;
-        let paged = self.paged;
+        let kind = self.blocks[block as usize].kind;
+        let pages_mode = self.pages_mode;
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
         let prev = self.links.prev(block);
         let mut block = block;
         if self.links.is_free_block(prev) {
             let key = self.key_of(prev);
-            self.free_index[pool.index()].remove(&key);
-            if paged {
+            self.free_index[kind.index()].remove(&key);
+            if pages_mode {
                 self.pages.idle_pages.remove(prev);
             }
             // The lower neighbour survives so that the segment head never changes.
@@ -165,28 +165,28 @@ impl EngineState {
         let next = self.links.next(block);
         if self.links.is_free_block(next) {
             let key = self.key_of(next);
-            self.free_index[pool.index()].remove(&key);
-            if paged {
+            self.free_index[kind.index()].remove(&key);
+            if pages_mode {
                 self.pages.idle_pages.remove(next);
             }
             self.absorb_next(block);
             net_blocks -= 1;
             net_bytes -= key.size as i64;
         }
-        self.mark_freed(block, pool);
-        if paged {
+        self.mark_freed(block, kind);
+        if pages_mode {
             self.pages_note_idle(block);
         } else {
             if self.is_split(block) {
                 net_blocks += 1;
                 net_bytes += self.blocks[block as usize].size() as i64;
             }
-            apply_net(&mut self.stats.inactive_split, pool, net_blocks);
-            apply_net(&mut self.stats.inactive_split_bytes, pool, net_bytes);
+            apply_net(&mut self.stats.inactive_split, kind, net_blocks);
+            apply_net(&mut self.stats.inactive_split_bytes, kind, net_bytes);
             if !self.is_split(block) {
                 let segment = self.blocks[block as usize].segment;
                 self.segments[segment as usize].idle_since = self.clock;
-                self.idle.push_back(segment);
+                self.idle_segments.push_back(segment);
             }
         }
         block
@@ -194,9 +194,9 @@ impl EngineState {
 
     /// Records when a block became free, for garbage collection's ages.
     #[inline]
-    pub(super) fn mark_freed(&mut self, block: u32, pool: SegmentKind) {
+    pub(super) fn mark_freed(&mut self, block: u32, kind: SegmentKind) {
         if self.gc_active() {
-            self.cold[block as usize].gc_base = self.search_count[pool.index()];
+            self.cold[block as usize].gc_base = self.search_count[kind.index()];
         }
     }
 
@@ -220,7 +220,7 @@ impl EngineState {
             segment,
             base,
             stream,
-            pool,
+            kind,
         } = of;
         let record = |serial| BlockRecord {
             base,
@@ -230,7 +230,7 @@ impl EngineState {
             serial,
             segment,
             stream,
-            pool,
+            kind,
             in_use: true,
         };
         if let Some(index) = self.free_block_slots.pop() {
@@ -256,10 +256,10 @@ impl EngineState {
     }
 }
 
-fn apply_net(stat: &mut StatArray, pool: SegmentKind, net: i64) {
+fn apply_net(stat: &mut StatArray, kind: SegmentKind, net: i64) {
     if net > 0 {
-        stat.increase(pool, net as u64);
+        stat.increase(kind, net as u64);
     } else if net < 0 {
-        stat.decrease(pool, (-net) as u64);
+        stat.decrease(kind, (-net) as u64);
     }
 }

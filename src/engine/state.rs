@@ -1,5 +1,7 @@
 //! The engine's layout and statistics: every segment and block, the free index, and what
-//! the rules of placement read. Policies read it; only the engine's own paths change it.
+//! the rules of placement read. Only the engine's own paths change it: policies get a
+//! read-only `policy::StateView` of it, and in `grow` a `policy::Growth` whose methods are
+//! those paths.
 
 use super::error::SizeLimit;
 use super::free_index::{FreeIndex, FreeKey};
@@ -31,7 +33,7 @@ pub(crate) struct EngineState {
     pub free_index: [FreeIndex; 2],
     /// Segments that hold a single free block, least recently idle first: what
     /// `empty_cache`, garbage collection and the compact policy release.
-    pub idle: IdleList,
+    pub idle_segments: IdleList,
     pub stats: MemoryStats,
     /// The virtual address of the next segment.
     pub next_base: u64,
@@ -49,7 +51,7 @@ pub(crate) struct EngineState {
     pub lifetime_requested_total: u64,
     /// Whether the engine runs in pages mode: every segment is an address range with pages
     /// mapped where blocks live.
-    pub paged: bool,
+    pub pages_mode: bool,
     /// Pages mode's own state (empty in segments mode).
     pub pages: PageState,
     /// Where `max_segment_size` comes from, for the too-large message.
@@ -77,7 +79,7 @@ impl EngineState {
             cold: Vec::new(),
             free_block_slots: Vec::new(),
             free_index: [FreeIndex::default(), FreeIndex::default()],
-            idle: IdleList::new(),
+            idle_segments: IdleList::new(),
             stats: MemoryStats::default(),
             next_base: FIRST_BASE,
             search_count: [0, 0],
@@ -85,7 +87,7 @@ impl EngineState {
             lifetime_allocated_peak: 0,
             lifetime_requested_peak: 0,
             lifetime_requested_total: 0,
-            paged: pages.is_some(),
+            pages_mode: pages.is_some(),
             pages: pages.unwrap_or_default(),
             size_limit: SizeLimit::Engine,
         }
@@ -144,7 +146,7 @@ impl EngineState {
     #[inline]
     pub fn should_split(&self, kind: SegmentKind, block_size: u64, rounded: u64) -> bool {
         let remaining = block_size - rounded;
-        if self.paged {
+        if self.pages_mode {
             return remaining >= MIN_BLOCK_SIZE;
         }
         match kind {
@@ -155,10 +157,10 @@ impl EngineState {
 
     /// The free blocks that span a whole segment, least recently idle first:
     /// (block, size, kind).
-    pub fn idle_blocks(&self) -> impl Iterator<Item = (u32, u64, SegmentKind)> + '_ {
-        self.idle.iter().map(|segment| {
+    pub fn idle_segment_blocks(&self) -> impl Iterator<Item = (u32, u64, SegmentKind)> + '_ {
+        self.idle_segments.iter().map(|segment| {
             let s = &self.segments[segment as usize];
-            (s.head, s.size, s.pool)
+            (s.head, s.size, s.kind)
         })
     }
 

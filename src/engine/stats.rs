@@ -65,28 +65,28 @@ pub struct StatArray {
 
 impl StatArray {
     #[inline]
-    pub(crate) fn increase(&mut self, pool: SegmentKind, amount: u64) {
+    pub(crate) fn increase(&mut self, kind: SegmentKind, amount: u64) {
         self.all.increase(amount);
-        self.pool_mut(pool).increase(amount);
+        self.pool_mut(kind).increase(amount);
     }
 
     #[inline]
-    pub(crate) fn decrease(&mut self, pool: SegmentKind, amount: u64) {
+    pub(crate) fn decrease(&mut self, kind: SegmentKind, amount: u64) {
         self.all.decrease(amount);
-        self.pool_mut(pool).decrease(amount);
+        self.pool_mut(kind).decrease(amount);
     }
 
-    /// The statistic of one pool.
-    pub fn pool(&self, pool: SegmentKind) -> &Stat {
-        match pool {
+    /// The statistic of one segment kind (PyTorch: of one pool).
+    pub fn pool(&self, kind: SegmentKind) -> &Stat {
+        match kind {
             SegmentKind::Small => &self.small_pool,
             SegmentKind::Large => &self.large_pool,
         }
     }
 
     #[inline]
-    pub(crate) fn pool_mut(&mut self, pool: SegmentKind) -> &mut Stat {
-        match pool {
+    pub(crate) fn pool_mut(&mut self, kind: SegmentKind) -> &mut Stat {
+        match kind {
             SegmentKind::Small => &mut self.small_pool,
             SegmentKind::Large => &mut self.large_pool,
         }

@@ -64,7 +64,7 @@ pub struct Allocation {
     pub block_size: u64,
     /// The size the caller asked for.
     pub requested: u64,
-    /// The kind of segment (small or large pool) the block lives in.
+    /// The kind of segment (small or large) the block lives in.
     pub kind: SegmentKind,
     /// The block's address: its segment's address plus `offset`. Free blocks of equal size
     /// are reused lowest address first, as PyTorch reuses them by device address.

@@ -13,7 +13,7 @@ pub enum Action {
     SegmentAlloc,
     /// A segment was released.
     SegmentFree,
-    /// Pages were mapped into a segment (page-mapped pools).
+    /// Pages were mapped into a segment (pools in pages mode).
     SegmentMap,
     /// Pages were unmapped from a segment.
     SegmentUnmap,

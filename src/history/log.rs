@@ -52,7 +52,7 @@ impl EventLog {
             .map_or(0, |(base, _)| base + allocation.offset)
     }
 
-    /// Gives segment (or page-mapped range) `id` of `size` bytes an address, with no event.
+    /// Gives segment (or address range) `id` of `size` bytes an address, with no event.
     pub fn place(&mut self, id: SegmentId, size: u64, stream: u32) -> u64 {
         let addr = self.next_address;
         self.next_address += size.div_ceil(SEGMENT_ALIGN) * SEGMENT_ALIGN;
@@ -140,7 +140,7 @@ impl SegmentPlacement for EventLog {
 /// Allocations and frees are not recorded here: the pool records them itself, with their
 /// blocks' streams.
 impl EventObserver for EventLog {
-    fn on_segment_create(&mut self, id: SegmentId, size: u64, _pool: SegmentKind) {
+    fn on_segment_create(&mut self, id: SegmentId, size: u64, _kind: SegmentKind) {
         self.segment_created(id, size, 0, now_us());
     }
 

@@ -1,6 +1,6 @@
 //! The one recording wrapper: a segment source that tells an observer what it did. A replay
 //! wraps its simulated device in it, and a pool's memory wraps its segment buffers or
-//! page-mapped ranges in it while the pool records its history.
+//! address ranges in it while the pool records its history.
 
 use std::ops::Range;
 
@@ -10,7 +10,7 @@ use crate::engine::{PageMapping, SegmentId, SegmentKind, SegmentSource, SourceEr
 /// A segment source that forwards every call to `source` and tells `observer` what
 /// succeeded: creations, reservations, maps and unmaps after the source did them (a call
 /// that failed is not reported), releases just before the source is asked (a release cannot
-/// fail). Calls that change nothing the observer records (`page_mapping`, `release_held`,
+/// fail). Calls that change nothing the observer records (`page_mapping`, `release_spare`,
 /// `segment_address`) are forwarded only. An observer whose `ACTIVE` is false costs nothing.
 pub(crate) struct Observed<'a, S: ?Sized, O> {
     /// The memory that does the work.
@@ -80,8 +80,8 @@ impl<S: SegmentSource + ?Sized, O: EventObserver> SegmentSource for Observed<'_,
         Ok(())
     }
 
-    fn release_held(&mut self, bytes: u64) {
-        self.source.release_held(bytes);
+    fn release_spare(&mut self, bytes: u64) {
+        self.source.release_spare(bytes);
     }
 
     fn segment_address(&mut self, id: SegmentId, size: u64, kind: SegmentKind) -> Option<u64> {

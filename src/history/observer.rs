@@ -31,10 +31,10 @@ pub trait EventObserver {
     /// Operation `op` asked for `size` bytes on `stream` and got out-of-memory.
     fn on_oom(&mut self, _op: usize, _size: u64, _stream: u32) {}
     /// The engine created segment `id` of `size` bytes.
-    fn on_segment_create(&mut self, _id: SegmentId, _size: u64, _pool: SegmentKind) {}
+    fn on_segment_create(&mut self, _id: SegmentId, _size: u64, _kind: SegmentKind) {}
     /// The engine released segment `id` of `size` bytes.
     fn on_segment_release(&mut self, _id: SegmentId, _size: u64) {}
-    /// The engine reserved address range `id` of `size` bytes (page-mapped pools).
+    /// The engine reserved address range `id` of `size` bytes (pools in pages mode).
     fn on_range_reserve(&mut self, _id: SegmentId, _size: u64, _kind: SegmentKind) {}
     /// The engine released address range `id`.
     fn on_range_release(&mut self, _id: SegmentId, _size: u64) {}
@@ -81,9 +81,9 @@ impl<O: EventObserver> EventObserver for Option<O> {
         }
     }
 
-    fn on_segment_create(&mut self, id: SegmentId, size: u64, pool: SegmentKind) {
+    fn on_segment_create(&mut self, id: SegmentId, size: u64, kind: SegmentKind) {
         if let Some(observer) = self {
-            observer.on_segment_create(id, size, pool);
+            observer.on_segment_create(id, size, kind);
         }
     }
 

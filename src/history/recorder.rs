@@ -20,9 +20,9 @@ pub struct MemorySample {
     pub allocated: u64,
     /// Bytes of segments.
     pub reserved: u64,
-    /// Bytes of mapped pages, for a page-mapped pool (0 with fixed segments).
+    /// Bytes of mapped pages, for a pool in pages mode (0 with fixed segments).
     pub mapped: u64,
-    /// Bytes of evicted blocks' pages held in host memory by a pool with residency (0 in a
+    /// Bytes of evicted blocks' pages kept in host memory by a pool with residency (0 in a
     /// replay, which has none; see [`Timeline`](super::Timeline)).
     pub evicted: u64,
     /// Device allocations in the bucket, as PyTorch's `num_device_alloc` counts them:

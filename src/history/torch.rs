@@ -88,7 +88,7 @@ pub struct SnapshotSegment {
     pub segment_type: &'static str,
     /// PyTorch's private-pool id; (0, 0) for the default pool.
     pub segment_pool_id: (i64, i64),
-    /// Whether the segment is a page-mapped (expandable) range.
+    /// Whether the segment is an address range of pages mode (PyTorch: an expandable segment).
     pub is_expandable: bool,
     /// Always empty.
     pub frames: Vec<Frame>,
@@ -176,7 +176,7 @@ impl TorchSnapshot {
         conf: &str,
         time_unit: &'static str,
     ) -> TorchSnapshot {
-        // A page-mapped range is reported as PyTorch reports an expandable segment: one
+        // An address range is reported as PyTorch reports an expandable segment: one
         // segment per run of mapped blocks, holding those blocks; unmapped address space is
         // not memory and appears nowhere. A fixed segment is one run.
         let mut out_segments: Vec<SnapshotSegment> = Vec::with_capacity(segments.len());
@@ -212,7 +212,7 @@ impl TorchSnapshot {
                     active_size: allocated,
                     requested_size: blocks.iter().map(|b| b.requested_size).sum(),
                     stream: placement.stream(segment) as i64,
-                    segment_type: match segment.pool {
+                    segment_type: match segment.kind {
                         SegmentKind::Small => "small",
                         SegmentKind::Large => "large",
                     },

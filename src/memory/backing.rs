@@ -1,4 +1,4 @@
-//! What backs a device pool: fixed segment buffers, or page-mapped address ranges, as the
+//! What backs a device pool: fixed segment buffers, or pages-mode address ranges, as the
 //! pool's [`MemoryPlan`] decided.
 
 use std::ops::Range;
@@ -19,14 +19,14 @@ use crate::history::{Action, EventLog, Observed};
 
 /// Fixed segment buffers of `usage`.
 fn segment_buffers(device: &wgpu::Device, usage: wgpu::BufferUsages, label: &str) -> Backing {
-    Backing::new(Source::Segments(SegmentBuffers::new(
+    Backing::new(BackingKind::Segments(SegmentBuffers::new(
         device.clone(),
         usage,
         label.into(),
     )))
 }
 
-/// The backing `plan` decided, of `usage` on `device`: page-mapped ranges whose chunks
+/// The backing `plan` decided, of `usage` on `device`: address ranges whose chunks
 /// follow `policy` in pages mode, fixed segment buffers otherwise. Nothing is decided here.
 pub(crate) fn for_plan(
     plan: &MemoryPlan,
@@ -39,7 +39,7 @@ pub(crate) fn for_plan(
     match (plan.mode, &plan.sparse) {
         (MemoryMode::Pages, Some(sparse)) => {
             let memory = PagedMemory::on(sparse.clone(), device, queue, usage, label, policy);
-            Backing::new(Source::Pages(Box::new(PagedSource::new(memory))))
+            Backing::new(BackingKind::Pages(Box::new(PagedSource::new(memory))))
         }
         _ => segment_buffers(device, usage, label),
     }
@@ -47,8 +47,8 @@ pub(crate) fn for_plan(
 
 /// The memory behind a device pool's engine, and the pool's event log while it records.
 pub(crate) struct Backing {
-    source: Source,
-    /// Counts the calls that changed the device memory held (a segment created or released,
+    source: BackingKind,
+    /// Counts the calls that changed the device memory taken (a segment created or released,
     /// a chunk allocated or freed), shared with the pool so that a watcher can tell without
     /// taking the pool's lock.
     pub changes: Arc<AtomicU64>,
@@ -57,14 +57,15 @@ pub(crate) struct Backing {
     pub history: Option<EventLog>,
 }
 
-/// Segment buffers, or page-mapped ranges.
-enum Source {
+/// The engine's segment source, of either kind: fixed segment buffers, or address ranges
+/// in pages mode.
+enum BackingKind {
     Segments(SegmentBuffers),
     Pages(Box<PagedSource>),
 }
 
 impl Backing {
-    fn new(source: Source) -> Backing {
+    fn new(source: BackingKind) -> Backing {
         Backing {
             source,
             changes: Arc::default(),
@@ -78,8 +79,8 @@ impl Backing {
     /// (which may order GPU work first).
     pub fn block_buffer(&mut self, allocation: &Allocation) -> (wgpu::Buffer, u32, u64) {
         match &mut self.source {
-            Source::Segments(segments) => (segments.buffer(allocation.segment).clone(), 0, 0),
-            Source::Pages(pages) => pages.block_buffer(allocation),
+            BackingKind::Segments(segments) => (segments.buffer(allocation.segment).clone(), 0, 0),
+            BackingKind::Pages(pages) => pages.block_buffer(allocation),
         }
     }
 
@@ -94,7 +95,7 @@ impl Backing {
         wrapper: u32,
         work: (u8, u64),
     ) {
-        if let Source::Pages(pages) = &mut self.source {
+        if let BackingKind::Pages(pages) = &mut self.source {
             pages.block_freed(segment.0, offset, capacity, wrapper, work);
         }
     }
@@ -102,7 +103,7 @@ impl Backing {
     /// Sets the device's work clock, which tells what freed bytes need ordering and when an
     /// unbind needs a signal of its own (pages mode; segments need none).
     pub fn set_work_clock(&mut self, clock: WorkClock) {
-        if let Source::Pages(pages) = &mut self.source {
+        if let BackingKind::Pages(pages) = &mut self.source {
             pages.set_work_clock(clock);
         }
     }
@@ -110,15 +111,15 @@ impl Backing {
     /// The pool's mode.
     pub fn mode(&self) -> MemoryMode {
         match &self.source {
-            Source::Segments(_) => MemoryMode::Segments,
-            Source::Pages(_) => MemoryMode::Pages,
+            BackingKind::Segments(_) => MemoryMode::Segments,
+            BackingKind::Pages(_) => MemoryMode::Pages,
         }
     }
 
-    /// Device memory held and its cost.
+    /// Device memory taken and its cost.
     pub fn usage_report(&self) -> DeviceMemoryUsage {
         match &self.source {
-            Source::Segments(segments) => {
+            BackingKind::Segments(segments) => {
                 let counters = segments.counters();
                 DeviceMemoryUsage {
                     mode: MemoryMode::Segments,
@@ -140,7 +141,7 @@ impl Backing {
                     range_time: Duration::ZERO,
                 }
             }
-            Source::Pages(source) => {
+            BackingKind::Pages(source) => {
                 let pages = source.memory();
                 let counters = pages.counters();
                 DeviceMemoryUsage {
@@ -168,18 +169,18 @@ impl Backing {
 
     /// Caps device memory (page chunks; segments are capped by the engine alone).
     pub fn set_limit(&mut self, limit: Option<u64>) {
-        if let Source::Pages(pages) = &mut self.source {
+        if let BackingKind::Pages(pages) = &mut self.source {
             pages.memory_mut().set_limit(limit);
         }
     }
 
     /// Runs `call` on the source, wrapped so that the history (while the pool records it)
-    /// hears of what the call did, and counts a change when the device memory held moved.
+    /// hears of what the call did, and counts a change when the device memory taken moved.
     fn with_source<R>(&mut self, call: impl FnOnce(&mut dyn SegmentSource) -> R) -> R {
         let before = self.device_bytes();
         let source: &mut dyn SegmentSource = match &mut self.source {
-            Source::Segments(segments) => segments,
-            Source::Pages(pages) => &mut **pages,
+            BackingKind::Segments(segments) => segments,
+            BackingKind::Pages(pages) => &mut **pages,
         };
         let result = call(&mut Observed {
             source,
@@ -191,19 +192,19 @@ impl Backing {
         result
     }
 
-    /// Bytes of device memory held now.
+    /// Bytes of device memory taken now.
     fn device_bytes(&self) -> u64 {
         match &self.source {
-            Source::Segments(segments) => segments.counters().live_bytes,
-            Source::Pages(pages) => pages.memory().usage().device_bytes,
+            BackingKind::Segments(segments) => segments.counters().live_bytes,
+            BackingKind::Pages(pages) => pages.memory().usage().device_bytes,
         }
     }
 
     /// The segment buffers, in segments mode (`None` in pages mode).
     pub fn segments(&self) -> Option<&SegmentBuffers> {
         match &self.source {
-            Source::Segments(segments) => Some(segments),
-            Source::Pages(_) => None,
+            BackingKind::Segments(segments) => Some(segments),
+            BackingKind::Pages(_) => None,
         }
     }
 
@@ -211,8 +212,8 @@ impl Backing {
     /// that is not live).
     pub fn range_buffer(&self, id: u32) -> Option<&wgpu::Buffer> {
         match &self.source {
-            Source::Segments(_) => None,
-            Source::Pages(pages) => pages.memory().buffer(id),
+            BackingKind::Segments(_) => None,
+            BackingKind::Pages(pages) => pages.memory().buffer(id),
         }
     }
 
@@ -220,8 +221,8 @@ impl Backing {
     /// `false` for segments).
     pub fn is_mapped(&self, id: u32, offset: u64, len: u64) -> bool {
         match &self.source {
-            Source::Segments(_) => false,
-            Source::Pages(pages) => pages.memory().is_mapped(id, offset, len),
+            BackingKind::Segments(_) => false,
+            BackingKind::Pages(pages) => pages.memory().is_mapped(id, offset, len),
         }
     }
 
@@ -257,8 +258,8 @@ impl SegmentSource for Backing {
 
     fn page_mapping(&self) -> Option<PageMapping> {
         match &self.source {
-            Source::Segments(segments) => segments.page_mapping(),
-            Source::Pages(pages) => pages.page_mapping(),
+            BackingKind::Segments(segments) => segments.page_mapping(),
+            BackingKind::Pages(pages) => pages.page_mapping(),
         }
     }
 
@@ -283,7 +284,7 @@ impl SegmentSource for Backing {
         self.with_source(|source| source.unmap_pages(id, runs))
     }
 
-    fn release_held(&mut self, bytes: u64) {
-        self.with_source(|source| source.release_held(bytes));
+    fn release_spare(&mut self, bytes: u64) {
+        self.with_source(|source| source.release_spare(bytes));
     }
 }

@@ -23,7 +23,7 @@ pub(crate) fn device_local_bytes(device: &wgpu::Device) -> Option<u64> {
 pub struct DeviceMemoryUsage {
     /// The pool's mode.
     pub mode: MemoryMode,
-    /// Bytes of device memory held now: segment buffers, or page chunks.
+    /// Bytes of device memory taken now: segment buffers, or page chunks.
     pub device_bytes: u64,
     /// The peak of `device_bytes`.
     pub device_bytes_peak: u64,

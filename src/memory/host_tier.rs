@@ -46,7 +46,7 @@ impl HostTier {
         if !bindable {
             host_config.backend = Caching::Passthrough;
         }
-        // Host memory is never page-mapped.
+        // A host pool never runs in pages mode.
         host_config.expandable_segments = Some(ExpandableSegments::False);
         let limits =
             EngineLimits::unlimited().with_max_segment_size(device.limits().max_buffer_size);

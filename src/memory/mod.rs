@@ -9,7 +9,7 @@
 //! - `backing`: what backs a device pool's engine, segments or pages, with the pool's
 //!   event log while it records.
 //! - `segments`: fixed segments, one wgpu buffer each.
-//! - [`PagedSource`] (`paged`): page-mapped ranges as the engine's source, and `wrappers`,
+//! - [`PagedSource`] (`paged`): address ranges as the engine's source, and `wrappers`,
 //!   the wgpu buffers blocks of a range are reached through.
 //! - `host_tier`: host-resident segments, where overflow and offloaded blocks live.
 //! - `residency`: which blocks to evict to make room under a budget (pure).

@@ -1,5 +1,5 @@
-//! Page-mapped memory as the engine's [`SegmentSource`]: [`PagedSource`] puts the Vulkan
-//! driver's [`PagedMemory`] (address ranges, batched maps and unmaps, held memory) and the
+//! Pages-mode memory as the engine's [`SegmentSource`]: [`PagedSource`] puts the Vulkan
+//! driver's [`PagedMemory`] (address ranges, batched maps and unmaps, spare memory) and the
 //! wrappers blocks are reached through behind the engine's page operations.
 
 use std::ops::Range;
@@ -44,12 +44,12 @@ fn runs_of(ranges: &[Range<u64>]) -> Vec<(u64, u64)> {
     ranges.iter().map(|r| (r.start, r.end - r.start)).collect()
 }
 
-/// One pool's page-mapped memory as a [`SegmentSource`], and the wgpu wrappers its blocks
+/// One pool's pages-mode memory as a [`SegmentSource`], and the wgpu wrappers its blocks
 /// are reached through.
 ///
 /// Guarantees, beyond the trait's:
-/// - held memory as the engine counts it is the memory it unmapped and has neither mapped
-///   again nor released. Chunks free memory only as whole chunks, so after `release_held`
+/// - spare memory as the engine counts it is the memory it unmapped and has neither mapped
+///   again nor released. Chunks free memory only as whole chunks, so after `release_spare`
 ///   some of the engine's released bytes may still sit in chunks that are partly in use:
 ///   the next maps use them before any new chunk is allocated, and later releases free
 ///   them once their chunk is idle;
@@ -57,8 +57,8 @@ fn runs_of(ranges: &[Range<u64>]) -> Vec<(u64, u64)> {
 ///   memory is freed with it.
 pub struct PagedSource {
     memory: PagedMemory,
-    /// Held memory as the engine counts it (see the guarantees).
-    engine_held: u64,
+    /// Spare memory as the engine counts it (see the guarantees).
+    engine_spare: u64,
     /// The wrappers of every range (see [`wrappers`](super::wrappers)).
     wrappers: Wrappers,
 }
@@ -68,17 +68,17 @@ impl PagedSource {
     pub fn new(memory: PagedMemory) -> PagedSource {
         PagedSource {
             memory,
-            engine_held: 0,
+            engine_spare: 0,
             wrappers: Wrappers::default(),
         }
     }
 
-    /// The page-mapped memory behind the source.
+    /// The pages-mode memory behind the source.
     pub fn memory(&self) -> &PagedMemory {
         &self.memory
     }
 
-    /// The page-mapped memory behind the source, for its settings (a limit, a work clock).
+    /// The pages-mode memory behind the source, for its settings (a limit, a work clock).
     /// Maps and unmaps made through it directly are not counted as the engine's.
     pub fn memory_mut(&mut self) -> &mut PagedMemory {
         &mut self.memory
@@ -126,9 +126,9 @@ impl PagedSource {
         self.wrappers.orderings
     }
 
-    /// Frees idle chunks up to the memory held beyond what the engine counts as held.
+    /// Frees free chunks up to the unmapped memory beyond what the engine counts as spare.
     fn release_owed(&mut self) {
-        let owed = self.memory.idle_bytes().saturating_sub(self.engine_held);
+        let owed = self.memory.idle_bytes().saturating_sub(self.engine_spare);
         self.memory.release_idle(owed);
     }
 }
@@ -154,7 +154,7 @@ impl SegmentSource for PagedSource {
     fn release_segment(&mut self, id: SegmentId, size: u64) {
         let _ = size;
         // A failure here is a lost device: nothing is left to give back. The segment's
-        // memory is not held as the engine counts it, so it is freed.
+        // memory is not spare as the engine counts it, so it is freed.
         if self.memory.release_range(id.0).is_ok() {
             self.release_owed();
         }
@@ -187,19 +187,19 @@ impl SegmentSource for PagedSource {
         let runs = runs_of(runs);
         self.memory.map(id.0, &runs)?;
         let bytes: u64 = runs.iter().map(|&(_, len)| len).sum();
-        self.engine_held = self.engine_held.saturating_sub(bytes);
+        self.engine_spare = self.engine_spare.saturating_sub(bytes);
         Ok(())
     }
 
     fn unmap_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
         let runs = runs_of(runs);
         self.memory.unmap(id.0, &runs)?;
-        self.engine_held += runs.iter().map(|&(_, len)| len).sum::<u64>();
+        self.engine_spare += runs.iter().map(|&(_, len)| len).sum::<u64>();
         Ok(())
     }
 
-    fn release_held(&mut self, bytes: u64) {
-        self.engine_held = self.engine_held.saturating_sub(bytes);
+    fn release_spare(&mut self, bytes: u64) {
+        self.engine_spare = self.engine_spare.saturating_sub(bytes);
         self.release_owed();
     }
 }
@@ -208,7 +208,7 @@ impl std::fmt::Debug for PagedSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PagedSource")
             .field("memory", &self.memory)
-            .field("engine_held", &self.engine_held)
+            .field("engine_spare", &self.engine_spare)
             .finish_non_exhaustive()
     }
 }

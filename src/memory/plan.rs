@@ -17,7 +17,7 @@ use super::paged::page_mapping_of;
 /// is `Pages` too.
 #[derive(Clone)]
 pub(crate) struct MemoryPlan {
-    /// Fixed segments or page-mapped ranges.
+    /// Fixed segments or address ranges.
     pub mode: MemoryMode,
     /// Why: the page size and bind queue for pages, or what kept the pool from mapping
     /// pages.
@@ -79,7 +79,7 @@ pub(crate) fn plan(config: &Config, device: &wgpu::Device) -> Result<MemoryPlan,
             )
         } else {
             format!(
-                "the engine keeps fixed segments under caching:{}",
+                "the engine keeps fixed segments under backend:{}",
                 config.backend.name()
             )
         };

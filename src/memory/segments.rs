@@ -69,9 +69,9 @@ impl SegmentSource for SegmentBuffers {
         &mut self,
         id: SegmentId,
         size: u64,
-        pool: SegmentKind,
+        kind: SegmentKind,
     ) -> Result<(), SourceError> {
-        let label = format!("{} segment {} ({})", self.label, id.0, pool.stat_name());
+        let label = format!("{} segment {} ({})", self.label, id.0, kind.stat_name());
         let descriptor = wgpu::BufferDescriptor {
             label: Some(&label),
             size,

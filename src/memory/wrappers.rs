@@ -1,4 +1,4 @@
-//! Which wgpu buffer each block of a page-mapped range is reached through.
+//! Which wgpu buffer each block of an address range is reached through.
 //!
 //! wgpu tracks usage per `wgpu::Buffer`: a kernel that writes a block is a read-write use of
 //! the whole buffer, and the next read-write use of that buffer in the same pass gets a
@@ -77,7 +77,7 @@ pub(crate) const EXPOSED: u8 = 1;
 /// bytes, with no submission point after it.
 pub(crate) const TRANSFERRED: u8 = 2;
 
-/// The device's work clock as a page-mapped pool reads it (see the module documentation).
+/// The device's work clock as a pool in pages mode reads it (see the module documentation).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct WorkClock {
     /// Submission points reached on the device (shared by its pools).
@@ -129,7 +129,7 @@ impl WorkClock {
 /// Most wrappers made for one range; past it, live blocks share wrappers round-robin.
 pub const MAX_WRAPPERS: usize = 1024;
 
-/// The wrappers of every range of a page-mapped pool and the extents whose previous
+/// The wrappers of every range of a pool in pages mode and the extents whose previous
 /// occupant's work may still run.
 #[derive(Default)]
 pub(crate) struct Wrappers {

@@ -35,7 +35,7 @@ const EVICTED: RGBColor = RGBColor(140, 86, 75);
 
 /// Draws the curves as an SVG document.
 ///
-/// The series are named in the legend (`reserved`, `mapped pages` for a page-mapped pool,
+/// The series are named in the legend (`reserved`, `mapped pages` for a pool in pages mode,
 /// `allocated` where the samples have it, `live (requested)`, `evicted to host` where a pool
 /// with residency evicted blocks, then `segments created` and `segments released` with
 /// fixed segments or `maps` and `unmaps` with pages, each with its total, which is the
@@ -94,7 +94,7 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
                 .map(move |s| (s.op as f64, y(f(s))))
                 .collect::<Vec<_>>()
         };
-        let paged = curves.samples.iter().any(|s| s.mapped > 0);
+        let pages_mode = curves.samples.iter().any(|s| s.mapped > 0);
         let mut series = vec![
             (
                 "reserved",
@@ -105,7 +105,7 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
             ("allocated", ALLOCATED, |s| s.allocated, 2),
             ("live (requested)", LIVE, |s| s.live, 2),
         ];
-        if paged {
+        if pages_mode {
             series.insert(1, ("mapped pages", MAPPED, |s| s.mapped, 2));
         }
         if curves.samples.iter().all(|s| s.allocated == 0) {
@@ -127,7 +127,7 @@ pub fn render_memory_svg(curves: &MemoryCurves) -> Result<String, PlotError> {
         // Device allocations and frees (segments, or in pages mode maps and unmaps, as
         // PyTorch counts them): ticks along the bottom, one per bucket with any.
         let tick = y_end * 0.035;
-        let (created, released) = if paged {
+        let (created, released) = if pages_mode {
             ("maps", "unmaps")
         } else {
             ("segments created", "segments released")
@@ -257,12 +257,12 @@ mod tests {
     }
 
     #[test]
-    fn mapped_pages_are_drawn_only_for_page_mapped_pools() {
-        let paged = [sample(0, 1 << 20, 2 << 20), sample(1, 3 << 20, 4 << 20)];
+    fn mapped_pages_are_drawn_only_for_pools_in_pages_mode() {
+        let pages_mode = [sample(0, 1 << 20, 2 << 20), sample(1, 3 << 20, 4 << 20)];
         let curves = MemoryCurves {
-            title: "paged".into(),
+            title: "pages mode".into(),
             x_desc: "operation",
-            samples: &paged,
+            samples: &pages_mode,
             ops: 2,
             peak_reserved: (8 << 20, 1),
         };

@@ -24,7 +24,7 @@ impl Pool {
     ///
     /// [`AllocError::ZeroSize`] for 0; [`AllocError::TooLarge`] when `size` is larger than
     /// the largest block the pool can serve (its `max` field, [`Pool::max_block_size`]: the
-    /// device's `max_buffer_size` in segments mode, its largest page-mapped range in pages
+    /// device's `max_buffer_size` in segments mode, its largest address range in pages
     /// mode, rounded down to whole 512 B granules); [`AllocError::OutOfMemory`] when neither the
     /// cache, nor a new segment, nor releasing the whole cache and retrying helps (nor host
     /// memory, with `overflow:host`); [`AllocError::HeldForSubmission`] while more bytes of

@@ -118,7 +118,7 @@ impl Block {
     }
 
     /// The buffer the block is reached through: its segment buffer, or in pages mode one
-    /// of the wgpu wrappers of its page-mapped range (the same Vulkan buffer wrapped several
+    /// of the wgpu wrappers of its address range (the same Vulkan buffer wrapped several
     /// times, so that dispatches on different blocks need no barrier between them; see
     /// [`DeviceMemoryUsage::wrapper_orderings`](super::DeviceMemoryUsage)). Other blocks may
     /// share it: use [`binding`](Block::binding), [`operand`](Block::operand) or

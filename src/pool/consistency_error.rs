@@ -32,13 +32,13 @@ pub enum ConsistencyError {
         /// The engine's segments.
         segments: usize,
     },
-    /// A page-mapped range of the engine has no buffer.
+    /// An address range of the engine has no buffer.
     #[error("range {range} has no buffer")]
     RangeWithoutBuffer {
         /// The range's id.
         range: u32,
     },
-    /// A page-mapped range's buffer is smaller than the range.
+    /// An address range's buffer is smaller than the range.
     #[error("range {range} has {size} bytes but its buffer {buffer}")]
     RangeBufferSize {
         /// The range's id.

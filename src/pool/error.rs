@@ -50,8 +50,8 @@ pub enum PoolError {
         /// Why the device cannot map pages.
         reason: String,
     },
-    /// The device can map pages, but setting up its page-mapped memory failed.
-    #[error("page-mapped memory could not be set up: {source}")]
+    /// The device can map pages, but setting up its pages-mode memory failed.
+    #[error("pages-mode memory could not be set up: {source}")]
     PageMapping {
         /// What failed, as the page-mapping layer says it.
         #[source]

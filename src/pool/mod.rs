@@ -384,7 +384,7 @@ fn residents_for(
     let unavailable = |reason: String| Err(PoolError::ResidencyUnavailable { reason });
     if memory.mode() != MemoryMode::Pages {
         return unavailable(
-            "the pool keeps fixed segments, and only a page-mapped pool can evict a block and \
+            "the pool keeps fixed segments, and only a pool in pages mode can evict a block and \
              keep its address; on this device move blocks with Pool::offload and Pool::prefetch \
              (each move changes the block's generation)"
                 .to_string(),

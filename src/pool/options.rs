@@ -158,7 +158,7 @@ impl PoolOptions {
         self
     }
 
-    /// How a page-mapped pool sizes its `VkDeviceMemory` chunks (default
+    /// How a pool in pages mode sizes its `VkDeviceMemory` chunks (default
     /// [`ChunkPolicy::default`]): larger chunks take fewer driver calls and leave more device
     /// memory unbound. Pools with fixed segments ignore it.
     pub fn with_chunk_policy(mut self, policy: ChunkPolicy) -> Self {
@@ -196,7 +196,7 @@ impl PoolOptions {
     /// - evicting fails with an error, and loses nothing, once the host limit is reached.
     ///
     /// Only blocks with a whole page of their own are evicted (smaller ones stay on the
-    /// device). Needs a page-mapped pool (pages mode), [`FreeTiming::AfterSubmit`], the
+    /// device). Needs a pool in pages mode (pages mode), [`FreeTiming::AfterSubmit`], the
     /// `COPY_SRC` and `COPY_DST` usages, and the device feature `MAPPABLE_PRIMARY_BUFFERS`;
     /// elsewhere creating the pool fails with
     /// [`PoolError::ResidencyUnavailable`](super::PoolError::ResidencyUnavailable). A wgpu
@@ -247,7 +247,7 @@ impl PoolOptions {
         self.log_leaks
     }
 
-    /// The chunk policy of page-mapped memory.
+    /// The chunk policy of pages-mode memory.
     pub fn chunk_policy(&self) -> ChunkPolicy {
         self.chunk_policy
     }

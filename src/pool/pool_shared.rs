@@ -30,7 +30,7 @@ pub(crate) struct BindingLimits {
 
 pub(crate) struct PoolState {
     pub engine: Engine,
-    /// Segment buffers or page-mapped ranges: what the engine places device blocks in.
+    /// Segment buffers or address ranges: what the engine places device blocks in.
     pub memory: Backing,
     /// Why the pool runs in its memory mode (for pages: the page size; for segments: what
     /// kept it from mapping pages).
@@ -256,16 +256,16 @@ impl PoolShared {
         // Dropping the parked blocks' pool references is safe: the caller reached `self`
         // through a reference of its own, so none of these is the last one.
         let counts = self.reuse.drain(|parts| free_to_engine(&mut state, *parts));
-        for pool in [SegmentKind::Small, SegmentKind::Large] {
-            let i = pool.index();
+        for kind in [SegmentKind::Small, SegmentKind::Large] {
+            let i = kind.index();
             if counts.reuses[i] > 0 {
-                let oversize = if pool == SegmentKind::Large {
+                let oversize = if kind == SegmentKind::Large {
                     counts.oversize
                 } else {
                     0
                 };
                 state.engine.record_reuse(
-                    pool,
+                    kind,
                     counts.reuses[i],
                     counts.bytes[i],
                     counts.requested[i],

@@ -1,4 +1,4 @@
-//! The residency manager of a page-mapped pool: which tracked blocks are on the device, and
+//! The residency manager of a pool in pages mode: which tracked blocks are on the device, and
 //! moving them out and back.
 //!
 //! Evicting a block copies its whole interior pages into a host block of the pool's host

@@ -48,7 +48,7 @@ pub(crate) trait Reusable {
     fn requested(&self) -> u64;
     /// The bytes the block spans.
     fn block_size(&self) -> u64;
-    /// The kind of segment it lives in (small or large pool).
+    /// The kind of segment it lives in (small or large).
     fn kind(&self) -> SegmentKind;
 }
 

@@ -37,7 +37,7 @@ impl Pool {
         self.shared.lock().host_overflows
     }
 
-    /// Bytes of device memory held by live blocks (torch's `memory_allocated`).
+    /// Bytes of device memory used by live blocks (torch's `memory_allocated`).
     pub fn memory_allocated(&self) -> u64 {
         self.memory_stats().allocated_bytes.all.current
     }
@@ -48,7 +48,7 @@ impl Pool {
         self.memory_stats().allocated_bytes.all.peak
     }
 
-    /// Bytes of device memory held by the pool's segments (torch's `memory_reserved`).
+    /// Bytes of device memory reserved by the pool's segments (torch's `memory_reserved`).
     pub fn memory_reserved(&self) -> u64 {
         self.memory_stats().reserved_bytes.all.current
     }
@@ -234,7 +234,7 @@ impl Pool {
         let cap = state
             .engine
             .set_per_process_memory_fraction(fraction, device_memory)?;
-        // Page-mapped memory keeps its own copy of the cap.
+        // Pages-mode memory keeps its own copy of the cap.
         state.memory.set_limit(cap);
         Ok(cap)
     }

@@ -29,7 +29,7 @@ pub(crate) struct DeviceSubmissions {
     /// there are none.
     held_blocks: AtomicUsize,
     /// Counts the submission points reached on the device, in any way: the work clock that
-    /// tells a page-mapped pool whether the work of freed bytes may have been submitted
+    /// tells a pool in pages mode whether the work of freed bytes may have been submitted
     /// after its last ordering (see the memory layer's `wrappers` module).
     pub points: Arc<AtomicU64>,
 }

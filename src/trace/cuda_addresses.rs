@@ -52,7 +52,7 @@ struct Chunk {
     free: Vec<(u64, u64)>,
     /// Allocations in it.
     live: u32,
-    /// Held by the CUDA context or a stream: never released.
+    /// Kept by the CUDA context or a stream: never released.
     permanent: bool,
 }
 

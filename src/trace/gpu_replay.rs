@@ -24,7 +24,7 @@ pub struct GpuReplayOptions {
     pub scale: u64,
     /// Device memory for `per_process_memory_fraction`; `None` reads it from the adapter.
     pub device_memory: Option<u64>,
-    /// How a page-mapped pool sizes its device memory chunks.
+    /// How a pool in pages mode sizes its device memory chunks.
     pub chunk_policy: ChunkPolicy,
     /// Replays of the trace in one process, through one pool whose cache is released
     /// (`empty_cache`) between them, as PyTorch's would be (at least 1).
@@ -64,7 +64,7 @@ impl GpuReplayOptions {
         self
     }
 
-    /// Sets the chunk policy of a page-mapped pool.
+    /// Sets the chunk policy of a pool in pages mode.
     pub fn with_chunk_policy(mut self, policy: ChunkPolicy) -> Self {
         self.chunk_policy = policy;
         self
@@ -125,7 +125,7 @@ pub struct GpuReplayReport {
     pub adapter: String,
     /// The configuration, in `WGPOOL_CONF` syntax (empty for the defaults).
     pub conf: String,
-    /// `pages` or `segments`: how the pool held memory.
+    /// `pages` or `segments`: the memory mode of the pool.
     pub mode: MemoryMode,
     /// Why the pool ran in that mode.
     pub mode_reason: String,
@@ -135,13 +135,13 @@ pub struct GpuReplayReport {
     pub ops: u64,
     /// Peak of the summed (scaled) requested sizes of live allocations.
     pub peak_live_bytes: u64,
-    /// The engine's peak of reserved bytes (in pages mode: pages mapped plus pages held).
+    /// The engine's peak of reserved bytes (in pages mode: pages mapped plus spare pages).
     pub peak_reserved_bytes: u64,
     /// `peak_reserved_bytes / peak_live_bytes`.
     pub ratio: f64,
     /// Peak of allocated (rounded) bytes.
     pub peak_allocated_bytes: u64,
-    /// The peak of device memory the pool held, as the memory layer counts it: segment
+    /// The peak of device memory the pool took, as the memory layer counts it: segment
     /// buffers, or `VkDeviceMemory` chunks behind the pages.
     pub device_memory_peak_bytes: u64,
     /// `device_memory_peak_bytes / peak_reserved_bytes`.
@@ -244,7 +244,7 @@ pub enum GpuReplayError {
 }
 
 /// Replays `trace` under `config` through a [`Pool`] on `gpu`'s device: every allocation
-/// is a real block, every free drops it. The pool is page-mapped where the device and the
+/// is a real block, every free drops it. The pool is in pages mode where the device and the
 /// configuration allow it (see [`Pool::memory_mode`]).
 ///
 /// Streams are not told apart (the pool serves one stream). An allocation the pool refuses

@@ -41,7 +41,7 @@ const FALLBACK_BASE: u64 = 1 << 52;
 /// A segment with no address from the trace goes where
 /// [`with_cuda_addresses`](OracleSegments::with_cuda_addresses)' model of the CUDA driver
 /// puts it, when one is given (plain replay of `policy:pytorch`), and otherwise to a fresh
-/// address far from CUDA's. Page-mapped ranges never take the model's addresses: PyTorch
+/// address far from CUDA's. Address ranges never take the model's addresses: PyTorch
 /// reserves them with `cuMemAddressReserve`, which the model does not cover.
 #[derive(Debug, Default)]
 pub struct OracleSegments {
@@ -53,7 +53,7 @@ pub struct OracleSegments {
     base_of: HashMap<SegmentId, u64>,
     fallback: u64,
     cuda: Option<CudaAddressModel>,
-    /// Live page-mapped ranges.
+    /// Live address ranges.
     ranges: HashSet<SegmentId>,
 }
 
@@ -160,8 +160,8 @@ impl SegmentSource for OracleSegments {
         self.device.unmap_pages(id, runs)
     }
 
-    fn release_held(&mut self, bytes: u64) {
-        self.device.release_held(bytes);
+    fn release_spare(&mut self, bytes: u64) {
+        self.device.release_spare(bytes);
     }
 
     fn segment_address(&mut self, id: SegmentId, size: u64, _kind: SegmentKind) -> Option<u64> {
@@ -303,7 +303,7 @@ pub fn explain(
     let mut fitting: Vec<Candidate> = Vec::new();
     for segment in snapshot
         .iter()
-        .filter(|s| s.pool == kind && s.stream == stream)
+        .filter(|s| s.kind == kind && s.stream == stream)
     {
         let mut offset = 0;
         let whole = segment.blocks.len() == 1;
@@ -355,7 +355,7 @@ fn where_is(snapshot: &[SegmentSnapshot], address: u64) -> String {
                     block.size,
                     address - segment.address,
                     segment.size,
-                    segment.pool.stat_name(),
+                    segment.kind.stat_name(),
                     segment.address,
                     segment.stream
                 );

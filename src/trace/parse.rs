@@ -46,7 +46,7 @@ pub(crate) fn is_header(row: &str, header: &str) -> bool {
         .eq_ignore_ascii_case(header)
 }
 
-/// Parses and validates a whole trace held in memory. See [`read_wgpool_csv`].
+/// Parses and validates a whole trace in memory. See [`read_wgpool_csv`].
 pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
     read_wgpool_csv(text.as_bytes(), u64::MAX)
 }

@@ -31,7 +31,7 @@ pub struct ReplayReport {
     /// Peak of the summed requested sizes of live allocations.
     pub peak_live_bytes: u64,
     /// Peak of physical memory: in segments mode, of reserved (segment) bytes; in pages
-    /// mode, of pages mapped plus pages held unmapped for reuse.
+    /// mode, of pages mapped plus spare pages (unmapped and kept for reuse).
     pub peak_reserved_bytes: u64,
     /// `peak_reserved_bytes / peak_live_bytes`.
     pub ratio: f64,

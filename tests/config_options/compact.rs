@@ -181,7 +181,7 @@ fn compact_recycle_rate_bounds_the_bytes_recycled_and_lowers_the_peak() {
     let default = run(0.1);
     let high = run(10.0);
     // A budget that grows with the bytes requested keeps recycling where the fixed one has
-    // run out: more bytes recycled, less memory held.
+    // run out: more bytes recycled, less memory taken.
     assert!(fixed.unmapped_bytes_total < default.unmapped_bytes_total);
     assert!(default.unmapped_bytes_total <= high.unmapped_bytes_total);
     assert!(

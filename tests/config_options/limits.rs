@@ -57,7 +57,7 @@ fn garbage_collection_threshold_releases_old_cached_blocks_under_a_cap() {
 fn garbage_collection_leaves_split_blocks_and_small_pool_alone() {
     let conf = "policy:pytorch,memory_limit_mb:100,garbage_collection_threshold:0.2";
     let mut pool = CheckedEngine::new(conf);
-    let small = pool.alloc(1000); // a 2 MiB small-pool segment
+    let small = pool.alloc(1000); // a 2 MiB small segment
     let part = pool.alloc(2 * MIB); // a 20 MiB segment, split
     let keep = pool.alloc(MIB + 512); // the same 20 MiB segment
     let whole = pool.alloc(30 * MIB);

@@ -13,7 +13,7 @@
 //! H200's, or small pages and short ranges), under every option pages mode accepts, with
 //! the same model plus the device's own record of what is mapped: no live byte on an
 //! unmapped page, the page statistics equal to the device's, physical memory (mapped and
-//! held) never over a cap (under `policy:pytorch`, never a large page over it, as PyTorch
+//! spare) never over a cap (under `policy:pytorch`, never a large page over it, as PyTorch
 //! checks the cap before mapping), a free never mapping or unmapping, `empty_cache`
 //! returning every idle page, and an out-of-memory only once the retry chain has returned
 //! every idle page and the request's pages do not fit.

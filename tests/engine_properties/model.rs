@@ -65,8 +65,8 @@ fn stat_arrays(s: &MemoryStats) -> [(&'static str, StatArray); 9] {
     ]
 }
 
-fn pool_stat(array: &mut StatArray, pool: SegmentKind) -> &mut Stat {
-    match pool {
+fn pool_stat(array: &mut StatArray, kind: SegmentKind) -> &mut Stat {
+    match kind {
         SegmentKind::Small => &mut array.small_pool,
         SegmentKind::Large => &mut array.large_pool,
     }
@@ -227,7 +227,7 @@ impl<'a> Model<'a> {
         }
 
         // Live blocks: unchanged, aligned, inside their region, large enough.
-        // Per pool kind: (blocks, allocated bytes, requested bytes).
+        // Per segment kind: (blocks, allocated bytes, requested bytes).
         let mut totals = [(0u64, 0u64, 0u64); 2];
         for a in &self.live {
             let now = self.engine.allocation(a.block);
@@ -252,9 +252,9 @@ impl<'a> Model<'a> {
                 segment.size
             );
             ensure!(
-                segment.pool == a.kind,
+                segment.kind == a.kind,
                 "after {after}: {a:?} lies in a {:?} {region}",
-                segment.pool
+                segment.kind
             );
             let t = &mut totals[a.kind.index()];
             t.0 += 1;
@@ -277,16 +277,16 @@ impl<'a> Model<'a> {
             "after {after}: statistics say {got:?} (allocations, allocated, requested); the live \
              blocks {count}, {allocated}, {requested}"
         );
-        for pool in [SegmentKind::Small, SegmentKind::Large] {
-            let t = totals[pool.index()];
+        for kind in [SegmentKind::Small, SegmentKind::Large] {
+            let t = totals[kind.index()];
             let got = (
-                stats.allocation.pool(pool).current,
-                stats.allocated_bytes.pool(pool).current,
-                stats.requested_bytes.pool(pool).current,
+                stats.allocation.pool(kind).current,
+                stats.allocated_bytes.pool(kind).current,
+                stats.requested_bytes.pool(kind).current,
             );
             ensure!(
                 got == t,
-                "after {after}: {pool:?} pool stats {got:?} != model {t:?}"
+                "after {after}: {kind:?} statistics {got:?} != model {t:?}"
             );
         }
         ensure!(

@@ -78,7 +78,7 @@ impl<'a> PageHarness<'a> {
         })
     }
 
-    /// The page size of a pool kind.
+    /// The page size of a segment kind.
     fn page(&self, kind: SegmentKind) -> Result<u64, String> {
         self.model
             .engine
@@ -89,7 +89,7 @@ impl<'a> PageHarness<'a> {
     /// New memory a request of `rounded` bytes can need at most when no free block serves
     /// it, as the cap checks it and as the device sees it: its pages, and under
     /// `policy:pytorch` at least the segment it would get (PyTorch checks the cap with the
-    /// segment size in expandable mode too).
+    /// segment size with expandable segments too).
     fn need(&self, rounded: u64) -> Result<(u64, u64), String> {
         let page = self.page(SegmentKind::for_size(rounded))?;
         let pages = rounded.div_ceil(page) * page;
@@ -105,7 +105,7 @@ impl<'a> PageHarness<'a> {
     fn idle_pages(&self) -> Result<Vec<(u32, u64, u64)>, String> {
         let mut idle = Vec::new();
         for segment in self.model.engine.snapshot() {
-            let page = self.page(segment.pool)?;
+            let page = self.page(segment.kind)?;
             for b in segment.blocks.iter().filter(|b| b.mapped && !b.allocated) {
                 if holds_whole_page(b.offset, b.size, page) {
                     idle.push((segment.id.0, b.offset, b.size));
@@ -211,23 +211,23 @@ impl<'a> Harness<'a> for PageHarness<'a> {
         ensure!(
             stats.reserved_bytes.all.current == device.mapped_bytes
                 && pages.mapped_bytes == device.mapped_bytes
-                && device.held_bytes == 0
+                && device.spare_bytes == 0
                 && pages.mapped_total == device.mapped_total
                 && pages.unmapped_total == device.unmapped_total
                 && pages.bind_calls == device.bind_calls
                 && pages.ranges == device.live_ranges() as u64
                 && pages.range_bytes == snapshot.iter().map(|s| s.size).sum::<u64>(),
             "after {after}: the engine's page figures {pages:?} (reserved {}) disagree with the \
-             device's: mapped {}, held {}, mapped total {}, unmapped total {}, binds {}, ranges {}",
+             device's: mapped {}, spare {}, mapped total {}, unmapped total {}, binds {}, ranges {}",
             stats.reserved_bytes.all.current,
             device.mapped_bytes,
-            device.held_bytes,
+            device.spare_bytes,
             device.mapped_total,
             device.unmapped_total,
             device.bind_calls,
             device.live_ranges()
         );
-        // A cap counts physical memory: mapped pages and pages held for reuse, at every
+        // A cap counts physical memory: mapped pages and spare pages, at every
         // moment, as the device saw it. PyTorch's expandable segments check it once per
         // request, with the segment size the request would get, and map whole pages after
         // that: a request of 10 MiB or more may take physical memory up to a large page
@@ -285,7 +285,7 @@ impl<'a> Harness<'a> for PageHarness<'a> {
                 match kind {
                     SegmentKind::Small => ensure!(
                         a.block_size == rounded,
-                        "{what}: a small-pool block must be split to the rounded size {rounded}: {a:?}"
+                        "{what}: a small-kind block must be split to the rounded size {rounded}: {a:?}"
                     ),
                     SegmentKind::Large => ensure!(
                         self.model.is_oversize(rounded) || a.block_size - rounded <= SMALL_SIZE,
@@ -321,9 +321,9 @@ impl<'a> Harness<'a> for PageHarness<'a> {
                 // The retry chain returned every idle page before failing.
                 let idle = self.idle_pages()?;
                 ensure!(
-                    idle.is_empty() && self.model.device.held_bytes == 0,
-                    "{what} failed with idle pages left mapped {idle:?} or {} B held",
-                    self.model.device.held_bytes
+                    idle.is_empty() && self.model.device.spare_bytes == 0,
+                    "{what} failed with idle pages left mapped {idle:?} or {} B spare",
+                    self.model.device.spare_bytes
                 );
                 let allocated: u64 = self.model.live.iter().map(|a| a.block_size).sum();
                 let physical = self.model.device.physical_bytes();
@@ -421,16 +421,16 @@ impl<'a> Harness<'a> for PageHarness<'a> {
         self.model.engine.empty_cache(&mut self.model.device);
         self.check("empty_cache")?;
         // Every idle page is returned: no free block keeps a whole page mapped, no memory
-        // is held, and no range is left without a mapped page.
+        // is spare, and no range is left without a mapped page.
         let idle = self.idle_pages()?;
         ensure!(
             idle.is_empty(),
             "empty_cache kept the idle pages of free blocks {idle:?} mapped"
         );
         ensure!(
-            self.model.device.held_bytes == 0,
-            "empty_cache kept {} bytes held",
-            self.model.device.held_bytes
+            self.model.device.spare_bytes == 0,
+            "empty_cache kept {} spare bytes",
+            self.model.device.spare_bytes
         );
         for segment in self.model.engine.snapshot() {
             ensure!(

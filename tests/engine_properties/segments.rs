@@ -128,13 +128,13 @@ impl<'a> SegmentHarness<'a> {
     }
 
     /// PyTorch's `get_free_block` over the previous snapshot: the free block of the same
-    /// pool and stream with the smallest (size, address) that fits, unless an oversize rule
+    /// kind and stream with the smallest (size, address) that fits, unless an oversize rule
     /// refuses it. Returns (segment, offset, block size).
     fn pytorch_choice(&self, rounded: u64, stream: u32) -> Result<Option<(u32, u64, u64)>, String> {
-        let pool = SegmentKind::for_size(rounded);
+        let kind = SegmentKind::for_size(rounded);
         let mut best: Option<(u64, u64, u64, u32)> = None;
         for segment in &self.snapshot {
-            if segment.pool != pool || segment.stream != stream {
+            if segment.kind != kind || segment.stream != stream {
                 continue;
             }
             let order = *self
@@ -226,7 +226,7 @@ impl<'a> SegmentHarness<'a> {
                     && a.kind == SegmentKind::Large;
                 ensure!(
                     a.kind == SegmentKind::for_size(rounded) || small_in_large,
-                    "{what}: {a:?} is in the wrong pool"
+                    "{what}: {a:?} is under the wrong segment kind"
                 );
                 let segment = self.segment(a.segment.0).expect("checked above");
                 ensure!(
@@ -238,7 +238,7 @@ impl<'a> SegmentHarness<'a> {
                 match a.kind {
                     SegmentKind::Small => ensure!(
                         a.block_size == rounded,
-                        "{what}: a small-pool block must be split to the rounded size {rounded}: {a:?}"
+                        "{what}: a small-kind block must be split to the rounded size {rounded}: {a:?}"
                     ),
                     SegmentKind::Large => ensure!(
                         self.model.is_oversize(rounded) || a.block_size - rounded <= SMALL_SIZE,

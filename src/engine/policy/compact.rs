@@ -35,14 +35,13 @@
 //! has the measurements on other workloads.
 
 use super::pytorch::best_fit;
-use super::{PlacementPolicy, Request};
+use super::{Growth, PlacementPolicy, Request, StateView};
 use crate::engine::error::AllocError;
 use crate::engine::free_index::FreeKey;
 use crate::engine::rounding::{
     ROUND_LARGE, SegmentKind, round_to_power2_division, segment_size_for,
 };
 use crate::engine::source::SegmentSource;
-use crate::engine::state::EngineState;
 
 /// A whole cached segment serves any request that leaves at most this many bytes of it
 /// unused, whatever its share.
@@ -62,25 +61,25 @@ pub(crate) struct CompactPolicy {
 }
 
 /// Whether a request of `rounded` bytes may take free block `key` without further thought.
-fn may_take(state: &EngineState, key: &FreeKey, rounded: u64) -> bool {
+fn may_take(state: StateView<'_>, key: &FreeKey, rounded: u64) -> bool {
     state.is_split(key.block)
         || key.size - rounded <= SMALL_LEFTOVER
-        || rounded as f64 >= key.size as f64 * state.config.compact_min_share
+        || rounded as f64 >= key.size as f64 * state.config().compact_min_share
 }
 
-/// The free block that serves a request, if any. The small pool and the oversize rules of
+/// The free block that serves a request, if any. The small kind and the oversize rules of
 /// `max_split_size_mb` behave as in PyTorch.
 fn candidate(
-    state: &EngineState,
+    state: StateView<'_>,
     released: u64,
-    pool: SegmentKind,
+    kind: SegmentKind,
     stream: u32,
     rounded: u64,
 ) -> Option<FreeKey> {
-    if pool == SegmentKind::Small {
-        return best_fit(state, pool, stream, rounded);
+    if kind == SegmentKind::Small {
+        return best_fit(state, kind, stream, rounded);
     }
-    let index = &state.free_index[pool.index()];
+    let index = state.free_blocks(kind);
     let allowed = index
         .fits_ascending(stream, rounded)
         .take(SEARCH_DEPTH)
@@ -102,35 +101,38 @@ fn candidate(
 
 /// The reserved-memory limit for a request of `rounded` bytes, and the allocated peak it is
 /// derived from (this request included).
-fn reserved_limit(state: &EngineState, rounded: u64) -> (u64, u64) {
+fn reserved_limit(state: StateView<'_>, rounded: u64) -> (u64, u64) {
     let peak = state
-        .lifetime_allocated_peak
-        .max(state.stats.allocated_bytes.all.current + rounded);
-    let limit = (peak as f64 * (1.0 + state.config.compact_reserved_slack)) as u64;
+        .lifetime_allocated_peak()
+        .max(state.allocated_bytes() + rounded);
+    let limit = (peak as f64 * (1.0 + state.config().compact_reserved_slack)) as u64;
     (limit, peak)
 }
 
 /// The release budget left for an allocated peak of `peak` bytes, of which `released` were
 /// spent: `compact_release_budget` times the peak, plus `compact_recycle_rate` times every
 /// byte requested so far.
-fn budget_left(state: &EngineState, released: u64, peak: u64) -> u64 {
-    let config = &state.config;
+fn budget_left(state: StateView<'_>, released: u64, peak: u64) -> u64 {
+    let config = state.config();
     let budget = peak as f64 * config.compact_release_budget
-        + state.lifetime_requested_total as f64 * config.compact_recycle_rate;
+        + state.lifetime_requested_total() as f64 * config.compact_recycle_rate;
     (budget as u64).saturating_sub(released)
 }
 
 /// Whether a new segment for `rounded` bytes fits under the limit, possibly after releasing
 /// idle whole segments, smallest first, within the remaining release budget.
-fn can_grow_within_slack(state: &EngineState, released: u64, stream: u32, rounded: u64) -> bool {
-    let segment = segment_size(state, stream, rounded).min(state.max_segment_size);
+fn can_grow_within_slack(state: StateView<'_>, released: u64, stream: u32, rounded: u64) -> bool {
+    let segment = segment_size(state, stream, rounded).min(state.max_segment_size());
     let (limit, peak) = reserved_limit(state, rounded);
-    let reserved = state.stats.reserved_bytes.all.current;
+    let reserved = state.reserved();
     if reserved + segment <= limit {
         return true;
     }
     let mut left = budget_left(state, released, peak);
-    let mut idle: Vec<u64> = state.idle_blocks().map(|(_, size, _)| size).collect();
+    let mut idle: Vec<u64> = state
+        .idle_segment_blocks()
+        .map(|(_, size, _)| size)
+        .collect();
     idle.sort_unstable();
     let mut freed = 0u64;
     for size in idle {
@@ -147,13 +149,14 @@ fn can_grow_within_slack(state: &EngineState, released: u64, stream: u32, rounde
 }
 
 /// The size of a new segment on `stream`: PyTorch's, or drift-rounded (rule 3).
-fn segment_size(state: &EngineState, stream: u32, rounded: u64) -> u64 {
-    let base = segment_size_for(&state.config, rounded);
+fn segment_size(state: StateView<'_>, stream: u32, rounded: u64) -> u64 {
+    let base = segment_size_for(state.config(), rounded);
     if rounded < DRIFT_MIN_SIZE {
         return base;
     }
     let nearly = rounded - rounded / 4;
-    let drifting = state.free_index[SegmentKind::Large.index()]
+    let drifting = state
+        .free_blocks(SegmentKind::Large)
         .fits_ascending(stream, nearly)
         .take_while(|key| key.size < rounded)
         .any(|key| !state.is_split(key.block));
@@ -167,7 +170,7 @@ fn segment_size(state: &EngineState, stream: u32, rounded: u64) -> u64 {
 impl PlacementPolicy for CompactPolicy {
     fn candidate(
         &mut self,
-        state: &EngineState,
+        state: StateView<'_>,
         kind: SegmentKind,
         stream: u32,
         rounded: u64,
@@ -177,12 +180,13 @@ impl PlacementPolicy for CompactPolicy {
 
     fn grow(
         &mut self,
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         request: Request,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, AllocError> {
+        let state = engine.view();
         let mut size = segment_size(state, request.stream, request.rounded);
-        if let Some(cap) = state.cap {
+        if let Some(cap) = state.cap() {
             let reserved = state.reserved();
             if reserved.saturating_add(size) > cap {
                 // Rule 4: under a cap, a segment larger than the request that would not fit
@@ -194,18 +198,15 @@ impl PlacementPolicy for CompactPolicy {
                 } else if request.kind == SegmentKind::Small {
                     // ... and a small request that gets no small segment takes free room in
                     // a large segment before it fails (or spills to host memory).
-                    let large = SegmentKind::Large.index();
-                    if let Some(key) =
-                        state.free_index[large].best_fit(request.stream, request.rounded)
-                    {
-                        state.free_index[large].remove(&key);
-                        return Ok(key.block);
+                    let large = state.free_blocks(SegmentKind::Large);
+                    if let Some(key) = large.best_fit(request.stream, request.rounded) {
+                        return Ok(engine.take_free_block(key.block));
                     }
                 }
             }
         }
-        state.grow_segments(request, size, source, &mut |state, size, source| {
-            self.make_room(state, request.rounded, size, source)
+        engine.grow_segments(request, size, source, &mut |engine, size, source| {
+            self.make_room(engine, request.rounded, size, source)
         })
     }
 }
@@ -215,19 +216,23 @@ impl CompactPolicy {
     /// `segment_size` bytes fits under the slack, or the release budget is spent.
     fn make_room(
         &mut self,
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         rounded: u64,
         segment_size: u64,
         source: &mut dyn SegmentSource,
     ) {
+        let state = engine.view();
         let (limit, peak) = reserved_limit(state, rounded);
         if state.reserved() + segment_size <= limit {
             return;
         }
         let mut left = budget_left(state, self.released, peak);
-        let idle: Vec<(u32, u64)> = state.idle_blocks().map(|(b, size, _)| (b, size)).collect();
+        let idle: Vec<(u32, u64)> = state
+            .idle_segment_blocks()
+            .map(|(b, size, _)| (b, size))
+            .collect();
         for (block, size) in idle {
-            if state.reserved() + segment_size <= limit {
+            if engine.view().reserved() + segment_size <= limit {
                 break;
             }
             if size > left {
@@ -235,7 +240,7 @@ impl CompactPolicy {
             }
             left -= size;
             self.released += size;
-            state.release_block(block, source);
+            engine.release_block(block, source);
         }
     }
 }

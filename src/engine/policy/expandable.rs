@@ -14,7 +14,7 @@
 //! - cached pages are unmapped, and their memory freed, only when cached blocks are
 //!   released (`empty_cache`, or the last step of the retry chain).
 
-use super::{PlacementPolicy, Request};
+use super::{Growth, PlacementPolicy, Request, StateView};
 use crate::engine::error::AllocError;
 use crate::engine::free_index::FreeKey;
 use crate::engine::links::NONE;
@@ -28,22 +28,22 @@ use crate::engine::state::EngineState;
 pub(crate) struct ExpandablePolicy;
 
 /// A block's size plus the unmapped block after it, if any: what it can grow to.
-fn expandable_size(state: &EngineState, block: u32) -> u64 {
-    let next = state.links.next(block);
-    let tail = if state.links.is_unmapped_block(next) {
-        state.blocks[next as usize].size()
+fn expandable_size(state: StateView<'_>, block: u32) -> u64 {
+    let next = state.next(block);
+    let tail = if state.is_unmapped_block(next) {
+        state.block_size(next)
     } else {
         0
     };
-    state.blocks[block as usize].size() + tail
+    state.block_size(block) + tail
 }
 
 /// Whether the free blocks from `block` on (mapped or not) add up to `size` bytes.
-fn has_room(state: &EngineState, mut block: u32, size: u64) -> bool {
+fn has_room(state: StateView<'_>, mut block: u32, size: u64) -> bool {
     let mut bytes = 0;
-    while bytes < size && block != NONE && !state.links.is_allocated(block) {
-        bytes += state.blocks[block as usize].size();
-        block = state.links.next(block);
+    while bytes < size && block != NONE && !state.is_allocated(block) {
+        bytes += state.block_size(block);
+        block = state.next(block);
     }
     bytes >= size
 }
@@ -54,17 +54,18 @@ impl ExpandablePolicy {
     /// new range.
     fn find_room(
         &self,
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         kind: SegmentKind,
         stream: u32,
         size: u64,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
+        let state = engine.view();
         let found = state
             .unmapped_by_address(kind, stream)
             .find_map(|unmapped| {
-                let prev = state.links.prev(unmapped);
-                let start = if state.links.is_free_block(prev) {
+                let prev = state.prev(unmapped);
+                let start = if state.is_free_block(prev) {
                     prev
                 } else {
                     unmapped
@@ -73,7 +74,7 @@ impl ExpandablePolicy {
             });
         match found {
             Some(start) => Ok(start),
-            None => state.reserve_range(kind, stream, size, source),
+            None => engine.reserve_range(kind, stream, size, source),
         }
     }
 
@@ -81,64 +82,71 @@ impl ExpandablePolicy {
     /// lacks, page by page from its start, and returns the free block that holds `size`.
     fn allocate_expandable(
         &self,
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         kind: SegmentKind,
         stream: u32,
         size: u64,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
-        let page = state.page_of(kind);
-        let mut candidate = self.find_room(state, kind, stream, size, source)?;
-        if state.links.is_unmapped(candidate) {
-            let bytes = size.min(state.blocks[candidate as usize].size());
-            candidate = state.map_front_uncapped(candidate, bytes.div_ceil(page) * page, source)?;
+        let page = engine.view().page_of(kind);
+        let mut candidate = self.find_room(engine, kind, stream, size, source)?;
+        if engine.view().is_unmapped(candidate) {
+            let bytes = size.min(engine.view().block_size(candidate));
+            candidate =
+                engine.map_front_uncapped(candidate, bytes.div_ceil(page) * page, source)?;
         }
-        while state.blocks[candidate as usize].size() < size {
-            let remaining = size - state.blocks[candidate as usize].size();
-            let next = state.links.next(candidate);
-            let bytes = remaining.min(state.blocks[next as usize].size());
-            candidate = state.map_front_uncapped(next, bytes.div_ceil(page) * page, source)?;
+        while engine.view().block_size(candidate) < size {
+            let state = engine.view();
+            let remaining = size - state.block_size(candidate);
+            let next = state.next(candidate);
+            let bytes = remaining.min(state.block_size(next));
+            candidate = engine.map_front_uncapped(next, bytes.div_ceil(page) * page, source)?;
         }
-        let key = state.key_of(candidate);
-        state.free_index[kind.index()].remove(&key);
-        Ok(candidate)
+        Ok(engine.take_free_block(candidate))
     }
 
     /// PyTorch's `alloc_block` in expandable mode: the cap check, then the mapping.
     fn alloc_block(
         &self,
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         request: Request,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
-        let alloc_size = segment_size_for(&state.config, request.rounded);
+        let state = engine.view();
+        let alloc_size = segment_size_for(state.config(), request.rounded);
         if state
-            .cap
+            .cap()
             .is_some_and(|cap| state.physical().saturating_add(alloc_size) > cap)
         {
             return Err(NoSegment::Cap);
         }
-        self.allocate_expandable(state, request.kind, request.stream, request.rounded, source)
+        self.allocate_expandable(
+            engine,
+            request.kind,
+            request.stream,
+            request.rounded,
+            source,
+        )
     }
 }
 
 /// PyTorch's `get_free_block` with expandable segments: best fit, but step on to the next
 /// larger block while it can grow less (is not followed by as much unmapped space).
 pub(crate) fn candidate_rule(
-    state: &EngineState,
+    state: StateView<'_>,
     kind: SegmentKind,
     stream: u32,
     rounded: u64,
 ) -> Option<FreeKey> {
-    let mut fits = state.free_index[kind.index()].fits_ascending(stream, rounded);
+    let mut fits = state.free_blocks(kind).fits_ascending(stream, rounded);
     let mut best = fits.next()?;
     // Blocks come in ascending size, so a block with no unmapped space after it can grow no
     // more than any later one: the search stops at the first such block. Most blocks are
     // like that, and then plain best fit is the answer.
-    while let tail = state.links.next(best.block)
-        && state.links.is_unmapped_block(tail)
+    while let tail = state.next(best.block)
+        && state.is_unmapped_block(tail)
     {
-        let best_room = best.size + state.blocks[tail as usize].size();
+        let best_room = best.size + state.block_size(tail);
         let Some(next) = fits.next() else {
             break;
         };
@@ -155,7 +163,7 @@ pub(crate) fn candidate_rule(
 impl PlacementPolicy for ExpandablePolicy {
     fn candidate(
         &mut self,
-        state: &EngineState,
+        state: StateView<'_>,
         kind: SegmentKind,
         stream: u32,
         rounded: u64,
@@ -165,12 +173,12 @@ impl PlacementPolicy for ExpandablePolicy {
 
     fn grow(
         &mut self,
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         request: Request,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, AllocError> {
-        let segment_size = segment_size_for(&state.config, request.rounded);
-        match self.alloc_block(state, request, source) {
+        let segment_size = segment_size_for(engine.view().config(), request.rounded);
+        match self.alloc_block(engine, request, source) {
             Ok(block) => return Ok(block),
             // Out-of-memory goes on down the chain; any other error ends it.
             Err(failure) => {
@@ -179,14 +187,14 @@ impl PlacementPolicy for ExpandablePolicy {
         }
         // PyTorch releases cached oversize blocks next; in expandable mode they are unmapped
         // with everything else by the release below.
-        state
+        engine
             .unmap_all_idle(false, source)
             .map_err(AllocError::Source)?;
-        state.stats.num_alloc_retries += 1;
-        let cause = match self.alloc_block(state, request, source) {
+        engine.count_retry();
+        let cause = match self.alloc_block(engine, request, source) {
             Ok(block) => return Ok(block),
             Err(failure) => EngineState::classify(failure)?,
         };
-        Err(state.out_of_memory(request, segment_size, cause))
+        Err(engine.out_of_memory(request, segment_size, cause))
     }
 }

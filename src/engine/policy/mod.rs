@@ -1,34 +1,36 @@
 //! Placement policies: which free block serves a request, and how the engine grows when none
 //! does.
 //!
-//! The engine owns the layout ([`EngineState`]) and every change to it; a policy reads the
-//! layout, decides, and asks the engine for the changes. In segments mode,
+//! The engine owns the layout (`EngineState`) and every change to it; a policy reads the
+//! layout through a [`StateView`], decides, and asks the engine for the changes through
+//! [`Growth`], whose methods are the engine's own paths. In segments mode,
 //! `policy:pytorch` is PyTorch's native allocator rule for rule, `policy:compact` adds
 //! wgpool's rules against fragmentation, and `backend:passthrough` gives every request a
 //! segment of its own. In pages mode, `policy:pytorch` is PyTorch's expandable segments
-//! (`expandable`) and `policy:compact` recycles idle pages under a slack (`pages`).
+//! (`expandable`) and `policy:compact` recycles idle pages under a slack (`compact_pages`).
 
 mod compact;
+mod compact_pages;
 mod expandable;
-mod pages;
 mod passthrough;
 mod pytorch;
+mod view;
 
 use super::error::AllocError;
 use super::free_index::FreeKey;
 use super::rounding::SegmentKind;
 use super::source::SegmentSource;
-use super::state::EngineState;
 use crate::config::{Caching, Config, Policy};
 
 use compact::CompactPolicy;
+use compact_pages::CompactPagesPolicy;
 use expandable::ExpandablePolicy;
-use pages::PagePolicy;
 
 /// Page sizes of the compact policy in pages mode: (small kind, large kind).
-pub(crate) const COMPACT_PAGES: (u64, u64) = (pages::SMALL_PAGE, pages::LARGE_PAGE);
+pub(crate) const COMPACT_PAGES: (u64, u64) = (compact_pages::SMALL_PAGE, compact_pages::LARGE_PAGE);
 use passthrough::PassthroughPolicy;
 use pytorch::PytorchPolicy;
+pub(crate) use view::{Growth, StateView};
 
 /// A request that missed the cache.
 #[derive(Debug, Clone, Copy)]
@@ -47,7 +49,7 @@ pub(crate) trait PlacementPolicy: std::fmt::Debug + Send + Sync {
     /// engine removes it from the free index and takes it.
     fn candidate(
         &mut self,
-        state: &EngineState,
+        state: StateView<'_>,
         kind: SegmentKind,
         stream: u32,
         rounded: u64,
@@ -62,7 +64,7 @@ pub(crate) trait PlacementPolicy: std::fmt::Debug + Send + Sync {
     /// a source error other than out-of-memory.
     fn grow(
         &mut self,
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         request: Request,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, AllocError>;
@@ -73,13 +75,13 @@ pub(crate) trait PlacementPolicy: std::fmt::Debug + Send + Sync {
     }
 }
 
-/// The policy a configuration asks for, in pages mode or not.
-pub(crate) fn for_config(config: &Config, paged: bool) -> Box<dyn PlacementPolicy> {
-    match (config.backend, config.policy, paged) {
+/// The policy a configuration asks for, in pages mode or with fixed segments.
+pub(crate) fn for_config(config: &Config, pages_mode: bool) -> Box<dyn PlacementPolicy> {
+    match (config.backend, config.policy, pages_mode) {
         (Caching::Passthrough, _, _) => Box::new(PassthroughPolicy),
         (Caching::Native, Policy::Pytorch, false) => Box::new(PytorchPolicy),
         (Caching::Native, Policy::Compact, false) => Box::new(CompactPolicy::default()),
         (Caching::Native, Policy::Pytorch, true) => Box::new(ExpandablePolicy),
-        (Caching::Native, Policy::Compact, true) => Box::new(PagePolicy),
+        (Caching::Native, Policy::Compact, true) => Box::new(CompactPagesPolicy),
     }
 }

@@ -1,29 +1,28 @@
 //! `backend:passthrough`: one segment per request, released at free; no caching (like
 //! `PYTORCH_NO_CUDA_MEMORY_CACHING=1`).
 
-use super::{PlacementPolicy, Request};
+use super::{Growth, PlacementPolicy, Request, StateView};
 use crate::engine::error::AllocError;
 use crate::engine::free_index::FreeKey;
 use crate::engine::rounding::SegmentKind;
 use crate::engine::source::SegmentSource;
-use crate::engine::state::EngineState;
 
 /// Never reuses a block; every segment is exactly its request, rounded.
 #[derive(Debug, Default)]
 pub(crate) struct PassthroughPolicy;
 
 impl PlacementPolicy for PassthroughPolicy {
-    fn candidate(&mut self, _: &EngineState, _: SegmentKind, _: u32, _: u64) -> Option<FreeKey> {
+    fn candidate(&mut self, _: StateView<'_>, _: SegmentKind, _: u32, _: u64) -> Option<FreeKey> {
         None
     }
 
     fn grow(
         &mut self,
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         request: Request,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, AllocError> {
-        state.grow_segments(request, request.rounded, source, &mut |_, _, _| {})
+        engine.grow_segments(request, request.rounded, source, &mut |_, _, _| {})
     }
 
     fn release_on_free(&self) -> bool {

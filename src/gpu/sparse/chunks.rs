@@ -25,7 +25,7 @@ use super::error::SparseError;
 ///
 /// Guarantee: a chunk is allocated only when the free and spare pages cannot serve a map,
 /// and after that map fewer than one preferred chunk plus one granule of pages are left
-/// unmapped; so device memory exceeds what is mapped or held for the engine by less than
+/// unmapped; so device memory exceeds what is mapped or spare for the engine by less than
 /// that.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

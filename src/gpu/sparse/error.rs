@@ -39,7 +39,7 @@ pub enum SparseError {
     /// The sparse address space has no room for another range of this size.
     #[error(
         "the device's sparse address space is exhausted: a range of {} was asked for, and \
-         ranges of page-mapped pools on the device hold {} of its {}",
+         ranges of pools in pages mode on the device hold {} of its {}",
         crate::format::bytes(*requested),
         crate::format::bytes(*in_use),
         crate::format::bytes(*total)

@@ -14,7 +14,7 @@
 //! `vkQueuePresentKHR`, which wgpu-hal loads through its own swapchain table. A headless
 //! compute device never presents; an application that presents from a device opened by
 //! [`request_device`](super::request_device) on a single-queue adapter must not allocate
-//! from a page-mapped pool while it presents on another thread.
+//! from a pool in pages mode while it presents on another thread.
 
 use std::ffi::{CStr, c_void};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};

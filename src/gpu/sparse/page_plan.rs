@@ -1,4 +1,4 @@
-//! Pure page planning for page-mapped ranges: which parts of a map spare pages already back,
+//! Pure page planning for address ranges: which parts of a map spare pages already back,
 //! how physical pages are laid over the rest, how far spare pages may follow a map, and
 //! which physical pages an unmap frees. No Vulkan and no memory here: `paged` turns these
 //! plans into binds.

@@ -1,4 +1,4 @@
-//! One `vkQueueBindSparse` of a page-mapped memory, ordered with the GPU's other work.
+//! One `vkQueueBindSparse` of a pool's pages-mode memory, ordered with the GPU's other work.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;

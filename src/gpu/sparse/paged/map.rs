@@ -224,7 +224,7 @@ impl PagedMemory {
 
     /// Unbinds every `(offset, len)` run of range `id` (each wholly mapped) in one
     /// `vkQueueBindSparse`, after all work submitted so far has finished on the GPU. The
-    /// memory stays held for later maps.
+    /// memory stays in its chunks for later maps.
     pub fn unmap(&mut self, id: u32, runs: &[(u64, u64)]) -> Result<(), SparseError> {
         let page = self.page_size();
         self.check_runs(id, runs)?;

@@ -1,4 +1,4 @@
-//! Page-mapped memory of one pool: address ranges, the chunks behind them, and the binds
+//! Pages-mode memory of one pool: address ranges, the chunks behind them, and the binds
 //! that connect the two.
 
 use std::collections::BTreeMap;
@@ -28,7 +28,7 @@ struct RangeState {
     spare: Extents,
 }
 
-/// The page-mapped memory of one pool: sparse ranges (each one `wgpu::Buffer`) and the
+/// The pages-mode memory of one pool: sparse ranges (each one `wgpu::Buffer`) and the
 /// device memory chunks whose pages are bound into them.
 ///
 /// Guarantees:
@@ -38,10 +38,10 @@ struct RangeState {
 ///   most a preferred chunk, [`ChunkPolicy`]): a later map there takes them with no driver
 ///   call. Spare pages are never used by GPU work; a map elsewhere that needs their memory
 ///   unbinds them in its own call, and [`release_idle`](Self::release_idle) unbinds them
-///   where they alone keep a chunk from being freed. They count as held, not mapped
+///   where they alone keep a chunk from being freed. They count as unmapped, not mapped
 ///   ([`PagedUsage::spare_bytes`]);
 /// - an unmap first waits until every submission made before it has finished on the GPU,
-///   then unbinds in one call; its memory stays held for reuse until
+///   then unbinds in one call; its memory stays in its chunk for reuse until
 ///   [`release_idle`](Self::release_idle);
 /// - a failed call changes nothing: a failed allocation is
 ///   [`SparseError::OutOfMemory`], never a panic;
@@ -73,7 +73,7 @@ pub struct PagedMemory {
 }
 
 impl PagedMemory {
-    /// Page-mapped memory on `device` for ranges of `usage`. Fails when the device cannot
+    /// Pages-mode memory on `device` for ranges of `usage`. Fails when the device cannot
     /// map pages (see [`sparse_device`]).
     pub fn new(
         device: &wgpu::Device,
@@ -86,7 +86,7 @@ impl PagedMemory {
         Ok(PagedMemory::on(sparse, device, queue, usage, label, policy))
     }
 
-    /// Page-mapped memory for ranges of `usage` on `device`, whose page mapping `sparse` is
+    /// Pages-mode memory for ranges of `usage` on `device`, whose page mapping `sparse` is
     /// (from [`sparse_device`]).
     pub fn on(
         sparse: SparseDevice,
@@ -171,7 +171,7 @@ impl PagedMemory {
         counters
     }
 
-    /// What is held now.
+    /// The memory in use now.
     pub fn usage(&self) -> PagedUsage {
         PagedUsage {
             device_bytes: self.chunks.device_bytes(),
@@ -252,7 +252,7 @@ impl PagedMemory {
     }
 
     /// Releases range `id`: unmaps what is still mapped (after the GPU work that used it;
-    /// the memory stays held). Its buffer and address space are given back once the binds
+    /// the memory stays in its chunks). Its buffer and address space are given back once the binds
     /// into it have been applied; the CPU does not wait for them.
     pub fn release_range(&mut self, id: u32) -> Result<(), SparseError> {
         let mapped: Vec<(u64, u64)> = self
@@ -332,7 +332,7 @@ impl PagedMemory {
     }
 
     /// Frees chunks with no page in use, largest first, as long as the total stays at most
-    /// `bytes`; returns the bytes freed. Held pages of chunks that are partly in use stay.
+    /// `bytes`; returns the bytes freed. Unbound pages of chunks that are partly in use stay.
     pub fn release_idle(&mut self, bytes: u64) -> u64 {
         if bytes > 0 && self.spare_keeps_a_chunk() {
             // Spare pages alone keep a chunk in use; a failure leaves them where they are.
@@ -364,7 +364,7 @@ impl PagedMemory {
         self.sparse.wait_for_binds()
     }
 
-    /// Bytes of held memory not mapped for any block: pages bound nowhere and spare pages.
+    /// Bytes in chunks that no map uses: pages bound nowhere and spare pages.
     pub fn idle_bytes(&self) -> u64 {
         self.chunks.free_bytes() + self.spare_bytes
     }

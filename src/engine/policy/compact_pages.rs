@@ -15,7 +15,7 @@
 //!   remaps keeps physical memory at its peak; one that keeps remapping (a KV-cache decode
 //!   whose caches grow by concatenation) gets room to stop, trading at most the slack in
 //!   memory for remapping: on the decode trace of `tools/synth_traces.py` the bytes mapped
-//!   fall from 1.67x to 1.42x peak live, for 1.008 of it held instead of 1.001.
+//!   fall from 1.67x to 1.42x peak live, for physical memory at 1.008x it instead of 1.001x.
 //! - Recycling has a budget: the bytes mapped over the engine's life may reach
 //!   [`CHURN_STOP`] times the peak of live memory plus `compact_recycle_rate` times the bytes
 //!   requested so far. Over the last [`CHURN_RAMP`] peaks of that budget, physical memory may
@@ -28,7 +28,7 @@
 //!   the request retried once more.
 
 use super::expandable::candidate_rule as expandable_best_fit;
-use super::{PlacementPolicy, Request};
+use super::{Growth, PlacementPolicy, Request, StateView};
 use crate::engine::error::AllocError;
 use crate::engine::free_index::FreeKey;
 use crate::engine::page_layout::round_up_to_page;
@@ -60,9 +60,9 @@ const SLACK_MAX: f64 = 0.3;
 /// How many unmapped blocks a miss compares, on each side of the request's size.
 const SEARCH_DEPTH: usize = 8;
 
-/// The default policy in pages mode.
+/// `policy:compact` in pages mode (the default policy there): compact placement in pages.
 #[derive(Debug, Default)]
-pub(crate) struct PagePolicy;
+pub(crate) struct CompactPagesPolicy;
 
 /// Where a missed request goes: from `start` (a free mapped block, or `unmapped` itself),
 /// mapping the first `needed` bytes of `unmapped`.
@@ -80,33 +80,31 @@ struct Place {
 /// unmapped block alone.
 /// Whether `found` is still an unmapped block whose mapping serves `rounded` bytes: the same
 /// free block (or none) below it, and room for the pages it needs.
-fn still_holds(state: &EngineState, found: Place, kind: SegmentKind, rounded: u64) -> bool {
+fn still_holds(state: StateView<'_>, found: Place, kind: SegmentKind, rounded: u64) -> bool {
     let unmapped = found.unmapped;
-    let record = &state.blocks[unmapped as usize];
-    if !record.in_use
-        || record.pool != kind
-        || !state.links.is_unmapped(unmapped)
-        || record.size() < found.needed
+    if !state.is_block_of(unmapped, kind)
+        || !state.is_unmapped(unmapped)
+        || state.block_size(unmapped) < found.needed
     {
         return false;
     }
     let below = if found.start == unmapped {
         0
-    } else if state.links.prev(unmapped) == found.start && state.links.is_free_block(found.start) {
-        state.blocks[found.start as usize].size()
+    } else if state.prev(unmapped) == found.start && state.is_free_block(found.start) {
+        state.block_size(found.start)
     } else {
         return false;
     };
     below + found.needed >= rounded
 }
 
-fn place(state: &EngineState, kind: SegmentKind, stream: u32, rounded: u64) -> Option<Place> {
+fn place(state: StateView<'_>, kind: SegmentKind, stream: u32, rounded: u64) -> Option<Place> {
     let page = state.page_of(kind);
     let consider = |unmapped: u32| -> Option<(u64, u64, Place)> {
-        let size = state.blocks[unmapped as usize].size();
-        let prev = state.links.prev(unmapped);
-        let (start, below) = if state.links.is_free_block(prev) {
-            (prev, state.blocks[prev as usize].size())
+        let size = state.block_size(unmapped);
+        let prev = state.prev(unmapped);
+        let (start, below) = if state.is_free_block(prev) {
+            (prev, state.block_size(prev))
         } else {
             (unmapped, 0)
         };
@@ -122,11 +120,12 @@ fn place(state: &EngineState, kind: SegmentKind, stream: u32, rounded: u64) -> O
         };
         Some((place.needed, below + size, place))
     };
-    let after_free = state.free_index[kind.index()]
+    let after_free = state
+        .free_blocks(kind)
         .below_descending(stream, rounded)
         .take(SEARCH_DEPTH)
-        .map(|key| state.links.next(key.block))
-        .filter(|&next| state.links.is_unmapped_block(next));
+        .map(|key| state.next(key.block))
+        .filter(|&next| state.is_unmapped_block(next));
     state
         .unmapped_fits(kind, stream, rounded)
         .take(SEARCH_DEPTH)
@@ -142,29 +141,29 @@ fn place(state: &EngineState, kind: SegmentKind, stream: u32, rounded: u64) -> O
         .map(|(_, _, place)| place)
 }
 
-impl PagePolicy {
+impl CompactPagesPolicy {
     /// The physical memory allowed before recycling, for this request; `None` once the
     /// recycling budget is spent.
-    fn limit(state: &EngineState, request: Request) -> Option<u64> {
-        let live = state.stats.requested_bytes.all.current + request.requested;
-        let peak = state.lifetime_requested_peak.max(live) as f64;
-        let requested = (state.lifetime_requested_total + request.requested) as f64;
-        let budget = CHURN_STOP * peak + state.config.compact_recycle_rate * requested;
-        let mapped = state.pages.stats.mapped_total as f64;
+    fn limit(state: StateView<'_>, request: Request) -> Option<u64> {
+        let live = state.requested_bytes() + request.requested;
+        let peak = state.lifetime_requested_peak().max(live) as f64;
+        let requested = (state.lifetime_requested_total() + request.requested) as f64;
+        let budget = CHURN_STOP * peak + state.config().compact_recycle_rate * requested;
+        let mapped = state.mapped_total() as f64;
         if mapped >= budget {
             return None;
         }
         let ramp = ((mapped - (budget - CHURN_RAMP * peak)) / (CHURN_RAMP * peak).max(1.0))
             .clamp(0.0, 1.0);
         let remapped = ((mapped - peak) / ((SLACK_FULL_AT - 1.0) * peak).max(1.0)).clamp(0.0, 1.0);
-        let slack = state.config.compact_page_slack * remapped;
+        let slack = state.config().compact_page_slack * remapped;
         Some((peak * (1.0 + slack + ramp * SLACK_MAX)) as u64)
     }
 
     /// Finds a place, recycling idle pages first while mapping there would go over `limit`
     /// (no limit: recycle as much as the place needs). Returns the place to map.
     fn prepare(
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         request: Request,
         limit: Option<u64>,
         source: &mut dyn SegmentSource,
@@ -175,11 +174,11 @@ impl PagePolicy {
             rounded,
             ..
         } = request;
-        let found = match place(state, kind, stream, rounded) {
+        let found = match place(engine.view(), kind, stream, rounded) {
             Some(found) => found,
             None => {
-                let unmapped = state.reserve_range(kind, stream, rounded, source)?;
-                let page = state.page_of(kind);
+                let unmapped = engine.reserve_range(kind, stream, rounded, source)?;
+                let page = engine.view().page_of(kind);
                 Place {
                     start: unmapped,
                     unmapped,
@@ -187,17 +186,17 @@ impl PagePolicy {
                 }
             }
         };
-        let held = state.pages.stats.held_bytes;
-        let after = state.physical() + found.needed.saturating_sub(held);
+        let spare = engine.view().spare_bytes();
+        let after = engine.view().physical() + found.needed.saturating_sub(spare);
         let over = match limit {
             Some(limit) => after.saturating_sub(limit),
-            None => found.needed.saturating_sub(held),
+            None => found.needed.saturating_sub(spare),
         };
         if over == 0 {
             return Ok(found);
         }
         let keep = [found.start, found.unmapped];
-        let recycled = state
+        let recycled = engine
             .recycle_idle(over, keep, source)
             .map_err(NoSegment::Source)?;
         if recycled == 0 {
@@ -207,14 +206,14 @@ impl PagePolicy {
         // nothing qualifies now (the recycled pages joined free memory into a block that
         // holds the request alone), the first place is used only if it still stands as it
         // was; otherwise the request gets a range of its own.
-        if let Some(again) = place(state, kind, stream, rounded) {
+        if let Some(again) = place(engine.view(), kind, stream, rounded) {
             return Ok(again);
         }
-        if still_holds(state, found, kind, rounded) {
+        if still_holds(engine.view(), found, kind, rounded) {
             return Ok(found);
         }
-        let unmapped = state.reserve_range(kind, stream, rounded, source)?;
-        let page = state.page_of(kind);
+        let unmapped = engine.reserve_range(kind, stream, rounded, source)?;
+        let page = engine.view().page_of(kind);
         Ok(Place {
             start: unmapped,
             unmapped,
@@ -225,36 +224,36 @@ impl PagePolicy {
     /// Maps a prepared place and returns the free block that holds the request, out of the
     /// free index.
     fn map(
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         request: Request,
         found: Place,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
-        let block = state.map_front_to_take(found.unmapped, found.needed, source)?;
-        debug_assert!(state.blocks[block as usize].size() >= request.rounded);
+        let block = engine.map_front_to_take(found.unmapped, found.needed, source)?;
+        debug_assert!(engine.view().block_size(block) >= request.rounded);
         Ok(block)
     }
 
     /// One attempt: place, recycle under `limit`, map.
     fn attempt(
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         request: Request,
         limit: Option<u64>,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
-        let mapped = Self::prepare(state, request, limit, source)
-            .and_then(|found| Self::map(state, request, found, source));
+        let mapped = Self::prepare(engine, request, limit, source)
+            .and_then(|found| Self::map(engine, request, found, source));
         // Memory recycled beyond what was mapped goes back to the device.
-        state.release_held(source);
+        engine.release_spare(source);
         mapped
     }
 }
 
-impl PlacementPolicy for PagePolicy {
+impl PlacementPolicy for CompactPagesPolicy {
     #[inline]
     fn candidate(
         &mut self,
-        state: &EngineState,
+        state: StateView<'_>,
         kind: SegmentKind,
         stream: u32,
         rounded: u64,
@@ -264,12 +263,12 @@ impl PlacementPolicy for PagePolicy {
 
     fn grow(
         &mut self,
-        state: &mut EngineState,
+        engine: &mut Growth<'_>,
         request: Request,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, AllocError> {
-        let limit = Self::limit(state, request).unwrap_or(u64::MAX);
-        match Self::attempt(state, request, Some(limit), source) {
+        let limit = Self::limit(engine.view(), request).unwrap_or(u64::MAX);
+        match Self::attempt(engine, request, Some(limit), source) {
             Ok(block) => return Ok(block),
             Err(failure) => {
                 EngineState::classify(failure)?;
@@ -277,23 +276,23 @@ impl PlacementPolicy for PagePolicy {
         }
         // The retry chain: recycle every idle page the request needs, then unmap and free
         // everything cached.
-        match Self::attempt(state, request, None, source) {
+        match Self::attempt(engine, request, None, source) {
             Ok(block) => return Ok(block),
             Err(failure) => {
                 EngineState::classify(failure)?;
             }
         }
-        state
+        engine
             .unmap_all_idle(true, source)
             .map_err(AllocError::Source)?;
-        state.stats.num_alloc_retries += 1;
-        match Self::attempt(state, request, None, source) {
+        engine.count_retry();
+        match Self::attempt(engine, request, None, source) {
             Ok(block) => Ok(block),
             Err(failure) => {
                 let cause = EngineState::classify(failure)?;
-                let page = state.page_of(request.kind);
+                let page = engine.view().page_of(request.kind);
                 let size = request.rounded.div_ceil(page) * page;
-                Err(state.out_of_memory(request, size, cause))
+                Err(engine.out_of_memory(request, size, cause))
             }
         }
     }
