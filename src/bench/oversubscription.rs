@@ -7,7 +7,9 @@
 //! - **overflow_host**: `overflow:host` with the pool capped at the budget; blocks past the
 //!   cap live in host memory for good and kernels read and write them there (zero-copy);
 //! - **offload_prefetch**: a pool without residency, the application moving blocks by hand
-//!   with [`Pool::offload`] and [`Pool::prefetch`] to stay under the budget, oldest first;
+//!   with [`Pool::offload`] and [`Pool::prefetch`] to keep its live device blocks under the
+//!   budget, oldest first (the pool has no cap: device memory an offload frees stays in its
+//!   cache and serves the next prefetch without a bind);
 //! - **in_budget**: the same steps with nothing moved (for the stream, a working set inside
 //!   the budget; for the hot set, a pool that holds the cold blocks on the device too).
 //!
