@@ -209,3 +209,87 @@ fn f16_kernels_and_gpu_timing_follow_the_capabilities() {
     };
     assert_eq!(timer.pass_method(), expected);
 }
+
+/// The README's backend table ("Backends: what the pool gets where") says for the test
+/// device what `BackendCapabilities` says: each capability's yes or no in the device's
+/// column, and the binding limits. Columns: lavapipe (Vulkan on a CPU), llvmpipe GL, NVIDIA
+/// (Vulkan); a device with no column fails, asking for one.
+#[test]
+fn the_readme_backend_table_matches_the_device() {
+    let gpu = common::gpu();
+    let caps = gpu.capabilities();
+    let info = gpu.info();
+    let column = match (caps.backend.as_str(), info.device_type) {
+        ("vulkan", wgpu::DeviceType::Cpu) => 1,
+        ("gl", _) => 2,
+        ("vulkan", _) if info.name.contains("NVIDIA") => 3,
+        _ => panic!(
+            "the README's backend table has no column for {} on {}: add one",
+            info.name, caps.backend
+        ),
+    };
+    let readme = include_str!("../README.md");
+    let section = readme
+        .split("## Backends: what the pool gets where")
+        .nth(1)
+        .expect("the README has a Backends section");
+    let cell = |capability: &str| -> String {
+        let row = section
+            .lines()
+            .find(|line| line.starts_with(&format!("| `{capability}`")))
+            .unwrap_or_else(|| panic!("the backend table has no row for {capability}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        // cells[0] is empty (before the first bar), cells[1] names the capability.
+        cells[column + 1].to_string()
+    };
+    for (name, support) in caps.rows() {
+        let text = cell(name);
+        let says_yes = text.starts_with("yes");
+        assert_eq!(
+            says_yes,
+            support.is_available(),
+            "README says {text:?} for {name} in column {column}; wgpool info says {:?}",
+            support.text()
+        );
+    }
+    // "2 GiB / 128 MiB / 32 B / 48": sizes to the README's rounding, the rest exactly.
+    let limits = cell("binding_limits");
+    let parts: Vec<&str> = limits.split(" / ").map(str::trim).collect();
+    assert_eq!(parts.len(), 4, "{limits:?}");
+    let bytes = |text: &str| -> u64 {
+        let (number, unit) = text.split_once(' ').expect("a size and its unit");
+        let number: f64 = number.parse().expect("a number");
+        let scale = match unit {
+            "B" => 1u64,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            other => panic!("unit {other}"),
+        };
+        (number * scale as f64) as u64
+    };
+    let near = |readme: u64, device: u64| readme.abs_diff(device) <= readme / 100;
+    let device = &caps.binding_limits;
+    assert!(
+        near(bytes(parts[0]), device.max_buffer_size),
+        "{limits:?}: {device:?}"
+    );
+    assert!(
+        near(bytes(parts[1]), device.max_storage_buffer_binding_size),
+        "{limits:?}: {device:?}"
+    );
+    assert_eq!(
+        bytes(parts[2]),
+        u64::from(device.min_storage_buffer_offset_alignment)
+    );
+    assert_eq!(
+        parts[3].replace(',', "").split(' ').next(),
+        Some(
+            device
+                .max_storage_buffers_per_shader_stage
+                .to_string()
+                .as_str()
+        ),
+        "{limits:?}"
+    );
+}
