@@ -105,7 +105,7 @@ impl Pool {
             state.add_label(&placed);
         }
         drop(state);
-        Ok(Block::new(self.shared.clone(), Box::new(placed)))
+        Ok(Block::new(self.shared.clone(), placed))
     }
 
     /// Places a device block of `size` bytes; in a pool with residency, evicts blocks to
@@ -114,7 +114,7 @@ impl Pool {
         &self,
         state: &mut PoolState,
         size: u64,
-    ) -> Result<BlockParts, AllocError> {
+    ) -> Result<Box<BlockParts>, AllocError> {
         let mut failures = 0u32;
         let allocation = loop {
             let PoolState { engine, memory, .. } = &mut *state;
@@ -161,7 +161,9 @@ impl Pool {
             log.block(Action::Alloc, &allocation, 0, now_us());
         }
         let (buffer, wrapper, inherited) = state.memory.block_buffer(&allocation);
-        let mut parts = BlockParts::new(allocation, buffer, Residency::Device);
+        // Built in its box: the record is a few hundred bytes, and every move of it by value
+        // was a copy on the allocation path.
+        let mut parts = Box::new(BlockParts::new(allocation, buffer, Residency::Device));
         parts.wrapper = wrapper;
         *parts.inherited_work.get_mut() = inherited;
         if let Some(residents) = &mut state.residents
@@ -181,7 +183,7 @@ impl Pool {
         state: &mut PoolState,
         size: u64,
         mut oom: Box<OutOfMemory>,
-    ) -> Result<BlockParts, AllocError> {
+    ) -> Result<Box<BlockParts>, AllocError> {
         let host = match self.shared.host_tier(state) {
             Ok(host) => host,
             Err(error) => {
@@ -196,7 +198,11 @@ impl Pool {
             Ok(allocation) => {
                 let buffer = host.segments.buffer(allocation.segment).clone();
                 record_overflow(state);
-                Ok(BlockParts::new(allocation, buffer, Residency::Host))
+                Ok(Box::new(BlockParts::new(
+                    allocation,
+                    buffer,
+                    Residency::Host,
+                )))
             }
             Err(AllocError::OutOfMemory(host_oom)) => {
                 oom.host_overflow = Some(host.engine.memory_stats().allocated_bytes.all.current);

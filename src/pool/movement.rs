@@ -77,12 +77,12 @@ impl Pool {
             self.copy_through_cpu(block, &target)
         };
         if let Err(error) = copied {
-            free_to_engine(&mut state, target);
+            free_to_engine(&mut state, *target);
             return Err(error);
         }
         target.label = block.parts().label.clone();
         state.add_label(&target);
-        let old = block.relocate(target);
+        let old = block.relocate(*target);
         drop(state);
         self.retire(old);
         Ok(())
