@@ -77,9 +77,9 @@ impl Backing {
     /// stamp of unsettled work it takes over (0 for none): the segment's buffer, or in pages
     /// mode one of its range's wrappers, chosen by the rule in [`wrappers`](super::wrappers)
     /// (which may order GPU work first).
-    pub fn block_buffer(&mut self, allocation: &Allocation) -> (wgpu::Buffer, u32, u64) {
+    pub fn block_buffer(&mut self, allocation: &Allocation) -> (&wgpu::Buffer, u32, u64) {
         match &mut self.source {
-            BackingKind::Segments(segments) => (segments.buffer(allocation.segment).clone(), 0, 0),
+            BackingKind::Segments(segments) => (segments.buffer(allocation.segment), 0, 0),
             BackingKind::Pages(pages) => pages.block_buffer(allocation),
         }
     }

@@ -87,7 +87,7 @@ impl PagedSource {
     /// The buffer a new block at `allocation` is reached through, the index of that
     /// wrapper, and the stamp of unsettled work it takes over (see
     /// [`wrappers`](super::wrappers), which may order GPU work first).
-    pub(crate) fn block_buffer(&mut self, allocation: &Allocation) -> (wgpu::Buffer, u32, u64) {
+    pub(crate) fn block_buffer(&mut self, allocation: &Allocation) -> (&wgpu::Buffer, u32, u64) {
         self.wrappers.assign(
             &mut self.memory,
             allocation.segment.0,

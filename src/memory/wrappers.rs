@@ -168,7 +168,7 @@ impl Wrappers {
         id: u32,
         offset: u64,
         size: u64,
-    ) -> (wgpu::Buffer, u32, u64) {
+    ) -> (&wgpu::Buffer, u32, u64) {
         let slot = id as usize;
         if self.ranges.len() <= slot {
             self.ranges.resize_with(slot + 1, || None);
@@ -210,7 +210,7 @@ impl Wrappers {
             None => range.unused(pages, id),
         };
         range.users[wrapper as usize] += 1;
-        (range.buffers[wrapper as usize].clone(), wrapper, inherited)
+        (&range.buffers[wrapper as usize], wrapper, inherited)
     }
 
     /// Notes that the block at `offset..offset + size` of range `id`, reached through

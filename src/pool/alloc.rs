@@ -76,8 +76,9 @@ impl Pool {
         size: u64,
         label: Option<Arc<str>>,
     ) -> Result<Block, AllocError> {
-        let mut state = self.shared.lock_flushed();
-        let placed = match self.place_on_device(&mut state, size) {
+        let (mut state, recycled) = self.shared.lock_flushed_keeping_record();
+        let (shared, record) = recycled.unzip();
+        let placed = match self.place_on_device(&mut state, size, record) {
             Ok(parts) => parts,
             Err(AllocError::OutOfMemory(mut oom)) => {
                 oom.held_for_submission = (state.held_bytes > 0).then_some(state.held_bytes);
@@ -105,15 +106,18 @@ impl Pool {
             state.add_label(&placed);
         }
         drop(state);
-        Ok(Block::new(self.shared.clone(), placed))
+        let shared = shared.unwrap_or_else(|| self.shared.clone());
+        Ok(Block::new(shared, placed))
     }
 
     /// Places a device block of `size` bytes; in a pool with residency, evicts blocks to
-    /// make room when the budget is full, and tracks the new block.
+    /// make room when the budget is full, and tracks the new block. Its record goes in
+    /// `record` where the caller has a box that names no block any more.
     pub(super) fn place_on_device(
         &self,
         state: &mut PoolState,
         size: u64,
+        record: Option<Box<BlockParts>>,
     ) -> Result<Box<BlockParts>, AllocError> {
         let mut failures = 0u32;
         let allocation = loop {
@@ -161,9 +165,21 @@ impl Pool {
             log.block(Action::Alloc, &allocation, 0, now_us());
         }
         let (buffer, wrapper, inherited) = state.memory.block_buffer(&allocation);
-        // Built in its box: the record is a few hundred bytes, and every move of it by value
-        // was a copy on the allocation path.
-        let mut parts = Box::new(BlockParts::new(allocation, buffer, Residency::Device));
+        // A record from a freed block is reset in place (it keeps its buffer handle when the
+        // new block is in the same buffer); a new one is built in its box: every move of the
+        // record by value is a copy on the allocation path.
+        let mut parts = match record {
+            Some(mut record) => {
+                let buffer = (record.buffer != *buffer).then(|| buffer.clone());
+                record.reset(allocation, buffer, Residency::Device);
+                record
+            }
+            None => Box::new(BlockParts::new(
+                allocation,
+                buffer.clone(),
+                Residency::Device,
+            )),
+        };
         parts.wrapper = wrapper;
         *parts.inherited_work.get_mut() = inherited;
         if let Some(residents) = &mut state.residents

@@ -72,6 +72,58 @@ impl BlockParts {
     }
 }
 
+impl BlockParts {
+    /// Makes this record (of a block freed to the engine) the record of a new block at
+    /// `allocation`, as [`new`](Self::new) would make it, keeping the buffer handle where
+    /// `buffer` is `None` (the new block is reached through the same buffer): reusing a
+    /// record this way saves allocating one, and keeping the handle saves counting the
+    /// buffer's references down and up again.
+    pub fn reset(
+        &mut self,
+        allocation: Allocation,
+        buffer: Option<wgpu::Buffer>,
+        residency: Residency,
+    ) {
+        // Every field named, so that a new one cannot be forgotten here.
+        let BlockParts {
+            id,
+            buffer: old_buffer,
+            segment,
+            kind,
+            offset,
+            size,
+            capacity,
+            residency: old_residency,
+            generation,
+            label,
+            exposure,
+            share,
+            wrapper,
+            gpu_work,
+            inherited_work,
+            residence,
+        } = self;
+        *id = allocation.block;
+        if let Some(buffer) = buffer {
+            *old_buffer = buffer;
+        }
+        *segment = allocation.segment;
+        *kind = allocation.kind;
+        *offset = allocation.offset;
+        *size = allocation.requested;
+        *capacity = allocation.block_size;
+        *old_residency = residency;
+        *generation = 0;
+        *label = None;
+        exposure.clear();
+        *share = OnceLock::new();
+        *wrapper = 0;
+        *gpu_work.get_mut() = 0;
+        *inherited_work.get_mut() = 0;
+        *residence = None;
+    }
+}
+
 impl Reusable for BlockParts {
     fn requested(&self) -> u64 {
         self.size

@@ -57,7 +57,7 @@ impl Pool {
         }
         let mut state = self.shared.lock_flushed();
         let mut target =
-            self.place_on_device(&mut state, block.size())
+            self.place_on_device(&mut state, block.size(), None)
                 .map_err(|error| match error {
                     AllocError::OutOfMemory(mut oom) => {
                         oom.host_overflow = state

@@ -1,5 +1,6 @@
 //! State shared by a pool and its blocks.
 
+use std::borrow::BorrowMut;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -156,7 +157,7 @@ impl PoolShared {
             if shared.may_be_recorded(&parts) {
                 shared.hold(&mut state, *parts);
             } else {
-                free_to_engine(&mut state, *parts);
+                free_to_engine(&mut state, parts);
             }
             return;
         }
@@ -165,17 +166,17 @@ impl PoolShared {
             // Host blocks, labelled blocks and blocks residency tracks return through the
             // engine: the reuse cache serves untracked device blocks without labels only.
             let mut state = shared.lock();
-            free_to_engine(&mut state, *parts);
+            free_to_engine(&mut state, parts);
             return;
         }
         if shared.recording() {
             let mut state = shared.lock();
-            free_to_engine(&mut state, *parts);
+            free_to_engine(&mut state, parts);
             return;
         }
         if let Err((shared, parts)) = reuse_cache::park(shared, parts) {
             let mut state = shared.lock();
-            free_to_engine(&mut state, *parts);
+            free_to_engine(&mut state, parts);
         }
     }
 
@@ -252,10 +253,22 @@ impl PoolShared {
     /// Locks the state and returns every block of the reuse cache to the engine first, so
     /// that the engine sees all free memory and exact statistics.
     pub fn lock_flushed(&self) -> MutexGuard<'_, PoolState> {
+        // Dropping the kept record and its pool reference is safe: the caller reached
+        // `self` through a reference of its own, so that one is not the last.
+        self.lock_flushed_keeping_record().0
+    }
+
+    /// [`lock_flushed`](Self::lock_flushed), which also hands back the record and pool
+    /// reference of the block the cache returned to the engine last (if any): an allocation
+    /// reuses both for its block instead of allocating a record and counting the pool
+    /// reference down and up again. The record no longer names any block.
+    pub fn lock_flushed_keeping_record(&self) -> (MutexGuard<'_, PoolState>, Option<Recycled>) {
         let mut state = self.lock();
         // Dropping the parked blocks' pool references is safe: the caller reached `self`
         // through a reference of its own, so none of these is the last one.
-        let counts = self.reuse.drain(|parts| free_to_engine(&mut state, *parts));
+        let (counts, kept) = self
+            .reuse
+            .drain_keeping_last(|parts| free_to_engine(&mut state, parts));
         for kind in [SegmentKind::Small, SegmentKind::Large] {
             let i = kind.index();
             if counts.reuses[i] > 0 {
@@ -273,9 +286,13 @@ impl PoolShared {
                 );
             }
         }
-        state
+        (state, kept)
     }
 }
+
+/// A pool reference and a boxed record that no longer names a block, ready for the next
+/// block ([`PoolShared::lock_flushed_keeping_record`]).
+pub(crate) type Recycled = (Arc<PoolShared>, Box<BlockParts>);
 
 impl CacheOwner for PoolShared {
     type Parts = BlockParts;
@@ -311,8 +328,11 @@ pub(crate) const MISSING_SUBMIT: &str = "Commands that use them were recorded on
      recording over with Pool::take_recording, or call Pool::mark_all_submitted once \
      everything recorded so far is submitted.";
 
-/// Returns a block to the engine that handed it out.
-pub(crate) fn free_to_engine(state: &mut PoolState, mut parts: BlockParts) {
+/// Returns a block to the engine that handed it out. The record itself stays with the
+/// caller (boxed or not), to be dropped or reused for another block: what it names is no
+/// longer the block's once this returns.
+pub(crate) fn free_to_engine(state: &mut PoolState, mut parts: impl BorrowMut<BlockParts>) {
+    let parts = parts.borrow_mut();
     // A block is freed exactly once (when its handle is dropped or after a move), so its id
     // is live in the engine of its residency.
     if parts.label.is_some() {

@@ -27,7 +27,7 @@
 //!    memory alive. That is sound because [`park`] either stores the reference inside that
 //!    same memory (which then cannot be freed: the stored reference holds it) or hands it
 //!    back to its caller; no path drops it inside the call. The cycle this makes (owner →
-//!    cache → reference → owner) is broken by [`ReuseCache::drain`], which runs through a
+//!    cache → reference → owner) is broken by [`ReuseCache::drain_keeping_last`], which runs through a
 //!    reference of its own (a `Pool` handle), and the cache refuses to park once the owner's
 //!    last handle is gone, so no cycle outlives the pool. The unit tests below check both:
 //!    a refused park returns the last reference alive, and draining drops each parked
@@ -86,6 +86,11 @@ struct Contents<O, P> {
 
 pub(crate) struct ReuseCache<O, P> {
     busy: AtomicBool,
+    /// Whether the cache holds blocks or reuse counts, as of the last operation under the
+    /// flag: read without the flag, to skip taking it when there is nothing to take or
+    /// drain. A stale `false` only sends a request to the engine that a block parked just
+    /// then could have served, as a busy flag does.
+    occupied: AtomicBool,
     oversize_from: u64,
     contents: UnsafeCell<Contents<O, P>>,
 }
@@ -101,6 +106,7 @@ impl<O, P: Reusable> ReuseCache<O, P> {
     pub fn new(oversize_from: u64) -> Self {
         ReuseCache {
             busy: AtomicBool::new(false),
+            occupied: AtomicBool::new(false),
             oversize_from,
             contents: UnsafeCell::new(Contents {
                 parked: Vec::with_capacity(CAPACITY),
@@ -122,7 +128,10 @@ impl<O, P: Reusable> ReuseCache<O, P> {
         }
         // SAFETY: rule 1: the flag is ours until the release store below, and `work` cannot
         // reach this cache again (it gets only the contents).
-        let result = work(unsafe { &mut *self.contents.get() });
+        let contents = unsafe { &mut *self.contents.get() };
+        let result = work(contents);
+        let occupied = !contents.parked.is_empty() || contents.counts != ReuseCounts::default();
+        self.occupied.store(occupied, Ordering::Relaxed);
         self.busy.store(false, Ordering::Release);
         Some(result)
     }
@@ -141,6 +150,9 @@ impl<O, P: Reusable> ReuseCache<O, P> {
     /// as a reuse. `None` when there is none, or when another thread holds the cache.
     #[inline]
     pub fn take(&self, size: u64) -> Option<Parked<O, P>> {
+        if !self.occupied.load(Ordering::Relaxed) {
+            return None;
+        }
         self.try_with(|c| {
             let index = c.parked.iter().rposition(|p| p.1.requested() == size)?;
             let parked = c.parked.swap_remove(index);
@@ -170,18 +182,35 @@ impl<O, P: Reusable> ReuseCache<O, P> {
         parked.map_or(Ok(()), Err)
     }
 
-    /// Empties the cache: hands each parked block to `free` (to free it through the engine)
-    /// and returns the reuse counts since the last drain. The caller must reach the cache
-    /// through a reference of its own, not one of the parked ones (rule 2), so dropping the
-    /// parked references never drops the owner under it. `free` runs under the cache's flag
-    /// and must not reach the cache; other threads meanwhile neither park nor take (they go
-    /// to the engine instead).
-    pub fn drain(&self, mut free: impl FnMut(Box<P>)) -> ReuseCounts {
+    /// Empties the cache: hands each parked record to `free` (to free its block through the
+    /// engine), in the order they were parked, and returns the reuse counts since the last
+    /// drain. The block parked last comes back to the caller after `free` has seen it: its
+    /// owner reference and its boxed record, for the caller to reuse for its next block
+    /// rather than drop both and make new ones; every other record and reference is dropped
+    /// after `free` saw it. The caller must reach the cache through a reference of its own,
+    /// not one of the parked ones (rule 2), so dropping the parked references never drops
+    /// the owner under it, and the one handed back is not its last. `free` runs under the
+    /// cache's flag and must not reach the cache; other threads meanwhile neither park nor
+    /// take (they go to the engine instead).
+    pub fn drain_keeping_last(
+        &self,
+        mut free: impl FnMut(&mut P),
+    ) -> (ReuseCounts, Option<Parked<O, P>>) {
+        if !self.occupied.load(Ordering::Relaxed) {
+            // Nothing parked and nothing counted: a block parked from now on is parked
+            // after this drain.
+            return (ReuseCounts::default(), None);
+        }
         self.with(|c| {
-            for (_reference, parts) in c.parked.drain(..) {
-                free(parts);
+            let last = c.parked.pop();
+            for (_reference, mut parts) in c.parked.drain(..) {
+                free(&mut parts);
             }
-            std::mem::take(&mut c.counts)
+            let last = last.map(|(reference, mut parts)| {
+                free(&mut parts);
+                (reference, parts)
+            });
+            (std::mem::take(&mut c.counts), last)
         })
     }
 }
@@ -315,22 +344,28 @@ mod tests {
         drop((back, item));
         // The owner's last handle goes: count it down, then drain through our own reference.
         owner.handles.store(0, Ordering::SeqCst);
-        let mut parked = Vec::new();
-        let counts = owner.cache.drain(|parts| parked.push(parts));
+        let mut ids = Vec::new();
+        let (counts, kept) = owner.cache.drain_keeping_last(|parts| ids.push(parts.id));
         assert_eq!(counts, ReuseCounts::default(), "nothing was reused");
-        assert_eq!(
-            Arc::strong_count(&owner),
-            1,
-            "every parked reference was dropped"
-        );
-        let mut ids: Vec<u64> = parked.iter().map(|p| p.id).collect();
-        ids.sort_unstable();
         assert_eq!(
             ids,
             (0..CAPACITY as u64).collect::<Vec<_>>(),
-            "each block once"
+            "each block once, in the order parked"
         );
-        drop(parked);
+        let (reference, record) = kept.expect("the cache held blocks");
+        assert_eq!(record.id, CAPACITY as u64 - 1, "the last one parked is kept");
+        assert_eq!(
+            part_drops.load(Ordering::SeqCst),
+            CAPACITY as u64,
+            "every other record was dropped"
+        );
+        assert_eq!(
+            Arc::strong_count(&owner),
+            2,
+            "every other parked reference was dropped"
+        );
+        drop((reference, record));
+        assert_eq!(Arc::strong_count(&owner), 1);
         assert_eq!(part_drops.load(Ordering::SeqCst), CAPACITY as u64 + 1);
         assert_eq!(owner_drops.load(Ordering::SeqCst), 0);
         drop(owner);
@@ -354,13 +389,14 @@ mod tests {
         assert_eq!((first.id, second.id), (3, 1));
         assert!(owner.cache.take(100).is_none());
         let mut rest = 0;
-        let counts = owner.cache.drain(|_| rest += 1);
+        let (counts, kept) = owner.cache.drain_keeping_last(|_| rest += 1);
         assert_eq!(rest, 1);
+        assert_eq!(kept.map(|(_, record)| record.id), Some(2));
         assert_eq!(counts.reuses, [2, 0]);
         assert_eq!(counts.bytes, [1024, 0]);
         assert_eq!(counts.requested, [200, 0]);
         assert_eq!(
-            owner.cache.drain(|_| {}),
+            owner.cache.drain_keeping_last(|_| {}).0,
             ReuseCounts::default(),
             "a drain resets the counts"
         );
@@ -433,7 +469,7 @@ mod tests {
             returned += r;
         }
         let mut parked = 0u64;
-        owner.cache.drain(|_| parked += 1);
+        drop(owner.cache.drain_keeping_last(|_| parked += 1));
         assert_eq!(
             made,
             returned + parked,
