@@ -216,10 +216,13 @@ fn bytes_no_work_reached_are_reused_without_ordering() {
 /// wrappers orders again. Every block reads what was written last either way.
 #[test]
 fn an_ordering_settles_work_submitted_before_it_also_when_freed_later() {
-    let gpu = common::gpu();
+    // On a device of its own: the work clock counts every submission point on the device,
+    // and another test's submission between the ordering and the frees would (rightly) make
+    // the freed bytes unsettled.
+    let gpu = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
     let kernels = Kernels::new(gpu.device(), gpu.queue());
     for (timing, expected) in [(FreeTiming::AfterSubmit, 1), (FreeTiming::AtDrop, 2)] {
-        let pool = pages_pool(timing);
+        let pool = pages_pool_on(&gpu, timing);
         let mut blocks = four_adjacent(&pool);
         let start = blocks[0].offset();
         let mut encoder = gpu.device().create_command_encoder(&Default::default());

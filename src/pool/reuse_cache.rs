@@ -353,7 +353,11 @@ mod tests {
             "each block once, in the order parked"
         );
         let (reference, record) = kept.expect("the cache held blocks");
-        assert_eq!(record.id, CAPACITY as u64 - 1, "the last one parked is kept");
+        assert_eq!(
+            record.id,
+            CAPACITY as u64 - 1,
+            "the last one parked is kept"
+        );
         assert_eq!(
             part_drops.load(Ordering::SeqCst),
             CAPACITY as u64,
