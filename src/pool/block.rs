@@ -70,9 +70,7 @@ impl BlockParts {
             capacity: allocation.block_size,
         }
     }
-}
 
-impl BlockParts {
     /// Makes this record (of a block freed to the engine) the record of a new block at
     /// `allocation`, as [`new`](Self::new) would make it, keeping the buffer handle where
     /// `buffer` is `None` (the new block is reached through the same buffer): reusing a
