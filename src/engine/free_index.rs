@@ -308,14 +308,24 @@ impl FreeIndex {
 
     #[inline]
     fn stream_mut(&mut self, stream: u32) -> &mut StreamClasses {
-        let position = match self.streams.first() {
-            Some(s) if s.stream == stream => Ok(0),
-            _ => self.streams.binary_search_by_key(&stream, |s| s.stream),
-        };
-        let i = position.unwrap_or_else(|i| {
-            self.streams.insert(i, StreamClasses::new(stream));
-            i
-        });
+        // Nearly always the first stream: that test stays inline, the rest does not.
+        match self.streams.first() {
+            Some(s) if s.stream == stream => &mut self.streams[0],
+            _ => self.other_stream_mut(stream),
+        }
+    }
+
+    /// [`Self::stream_mut`] for a stream other than the first, added if new.
+    #[cold]
+    #[inline(never)]
+    fn other_stream_mut(&mut self, stream: u32) -> &mut StreamClasses {
+        let i = self
+            .streams
+            .binary_search_by_key(&stream, |s| s.stream)
+            .unwrap_or_else(|i| {
+                self.streams.insert(i, StreamClasses::new(stream));
+                i
+            });
         &mut self.streams[i]
     }
 
