@@ -1,6 +1,5 @@
 //! Snapshots of the engine's layout, and the recount that checks its invariants.
 
-use super::free_index::FreeKey;
 use super::invariant_error::InvariantError;
 use super::links::NONE;
 use super::page_layout::UnmappedOrder;
@@ -252,14 +251,7 @@ impl EngineState {
                     )));
                 }
             }
-            let by_size = self.pages.unmapped_by_size[kind.index()].iter().map(
-                |&(stream, size, address, block)| FreeKey {
-                    stream,
-                    size,
-                    address,
-                    block,
-                },
-            );
+            let by_size = self.pages.unmapped_by_size[kind.index()].iter();
             let by_address = self.pages.unmapped_by_address[kind.index()]
                 .iter()
                 .map(|&(_, _, block)| self.key_of(block));

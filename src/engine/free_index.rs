@@ -140,11 +140,21 @@ impl StreamClasses {
     #[inline]
     fn fits_ascending(&self, size: u64) -> Ascending<'_> {
         let class = class_of(size);
+        let set = &self.classes[class];
+        let bound = pack(size, 0, 0);
+        // A class of at most one block needs no walk: its block, if it fits, comes first.
+        let (pending, within) = if set.len() <= 1 {
+            let only = set.first().copied().filter(|&k| k >= bound);
+            (only, NO_BLOCKS.range(..))
+        } else {
+            (None, set.range(bound..))
+        };
         Ascending {
             stream: self.stream,
             classes: Some(self),
             class,
-            within: self.classes[class].range(pack(size, 0, 0)..),
+            pending,
+            within,
         }
     }
 
@@ -152,11 +162,21 @@ impl StreamClasses {
     #[inline]
     fn below_descending(&self, size: u64) -> Descending<'_> {
         let class = class_of(size);
+        let set = &self.classes[class];
+        let bound = pack(size, 0, 0);
+        // A class of at most one block needs no walk: its block, if below, comes first.
+        let (pending, within) = if set.len() <= 1 {
+            let only = set.first().copied().filter(|&k| k < bound);
+            (only, NO_BLOCKS.range(..))
+        } else {
+            (None, set.range(..bound))
+        };
         Descending {
             stream: self.stream,
             classes: Some(self),
             class,
-            within: self.classes[class].range(..pack(size, 0, 0)),
+            pending,
+            within,
         }
     }
 }
@@ -173,6 +193,8 @@ pub(crate) struct Ascending<'a> {
     /// `None` for a stream with no free block ever: the iterator is empty.
     classes: Option<&'a StreamClasses>,
     class: usize,
+    /// A block to yield before `within`: the only block of the first class, if it qualifies.
+    pending: Option<u128>,
     within: std::collections::btree_set::Range<'a, u128>,
 }
 
@@ -182,6 +204,7 @@ impl Ascending<'_> {
             stream: 0,
             classes: None,
             class: 0,
+            pending: None,
             within: NO_BLOCKS.range(..),
         }
     }
@@ -192,13 +215,22 @@ impl Iterator for Ascending<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<FreeKey> {
+        if let Some(k) = self.pending.take() {
+            return Some(unpack(self.stream, k));
+        }
         loop {
             if let Some(&k) = self.within.next() {
                 return Some(unpack(self.stream, k));
             }
             let classes = self.classes?;
             self.class = classes.occupied_from(self.class + 1)?;
-            self.within = classes.classes[self.class].range(..);
+            let set = &classes.classes[self.class];
+            // Most classes hold one block: yield it without setting up a walk.
+            if set.len() == 1 {
+                self.within = NO_BLOCKS.range(..);
+                return set.first().map(|&k| unpack(self.stream, k));
+            }
+            self.within = set.range(..);
         }
     }
 }
@@ -209,6 +241,8 @@ pub(crate) struct Descending<'a> {
     /// `None` for a stream with no free block ever: the iterator is empty.
     classes: Option<&'a StreamClasses>,
     class: usize,
+    /// A block to yield before `within`: the only block of the first class, if it qualifies.
+    pending: Option<u128>,
     within: std::collections::btree_set::Range<'a, u128>,
 }
 
@@ -218,6 +252,7 @@ impl Descending<'_> {
             stream: 0,
             classes: None,
             class: 0,
+            pending: None,
             within: NO_BLOCKS.range(..),
         }
     }
@@ -228,6 +263,9 @@ impl Iterator for Descending<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<FreeKey> {
+        if let Some(k) = self.pending.take() {
+            return Some(unpack(self.stream, k));
+        }
         loop {
             if let Some(&k) = self.within.next_back() {
                 return Some(unpack(self.stream, k));
@@ -235,7 +273,13 @@ impl Iterator for Descending<'_> {
             let classes = self.classes?;
             let below = self.class.checked_sub(1)?;
             self.class = classes.occupied_to(below)?;
-            self.within = classes.classes[self.class].range(..);
+            let set = &classes.classes[self.class];
+            // Most classes hold one block: yield it without setting up a walk.
+            if set.len() == 1 {
+                self.within = NO_BLOCKS.range(..);
+                return set.first().map(|&k| unpack(self.stream, k));
+            }
+            self.within = set.range(..);
         }
     }
 }
@@ -264,14 +308,24 @@ impl FreeIndex {
 
     #[inline]
     fn stream_mut(&mut self, stream: u32) -> &mut StreamClasses {
-        let position = match self.streams.first() {
-            Some(s) if s.stream == stream => Ok(0),
-            _ => self.streams.binary_search_by_key(&stream, |s| s.stream),
-        };
-        let i = position.unwrap_or_else(|i| {
-            self.streams.insert(i, StreamClasses::new(stream));
-            i
-        });
+        // Nearly always the first stream: that test stays inline, the rest does not.
+        match self.streams.first() {
+            Some(s) if s.stream == stream => &mut self.streams[0],
+            _ => self.other_stream_mut(stream),
+        }
+    }
+
+    /// [`Self::stream_mut`] for a stream other than the first, added if new.
+    #[cold]
+    #[inline(never)]
+    fn other_stream_mut(&mut self, stream: u32) -> &mut StreamClasses {
+        let i = self
+            .streams
+            .binary_search_by_key(&stream, |s| s.stream)
+            .unwrap_or_else(|i| {
+                self.streams.insert(i, StreamClasses::new(stream));
+                i
+            });
         &mut self.streams[i]
     }
 
@@ -304,7 +358,15 @@ impl FreeIndex {
         }
         let classes = self.stream(stream)?;
         let class = class_of(size);
-        if let Some(&k) = classes.classes[class].range(pack(size, 0, 0)..).next() {
+        let set = &classes.classes[class];
+        let bound = pack(size, 0, 0);
+        // A class of at most one block needs no search.
+        let found = if set.len() <= 1 {
+            set.first().filter(|&&k| k >= bound)
+        } else {
+            set.range(bound..).next()
+        };
+        if let Some(&k) = found {
             return Some(unpack(stream, k));
         }
         let above = classes.occupied_from(class + 1)?;

@@ -55,6 +55,7 @@ mod release;
 pub mod rounding;
 mod segments;
 mod simulated;
+mod size_order;
 mod source;
 mod split_merge;
 mod state;
@@ -398,7 +399,11 @@ impl Engine {
             return Err(FreeError::NotLive(id));
         }
         self.state.clock += 1;
-        if let Some(run) = self.state.pages.evicted.remove(&id.index) {
+        // Evicted blocks exist only under oversubscription: skip hashing the id otherwise.
+        let evicted = &mut self.state.pages.evicted;
+        if !evicted.is_empty()
+            && let Some(run) = evicted.remove(&id.index)
+        {
             let segment = self.state.blocks[id.index as usize].segment;
             self.state.free_evicted_block(id.index, run);
             self.state.release_if_empty(segment, source);

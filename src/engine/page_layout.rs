@@ -3,6 +3,8 @@
 //! statistics ([`PageStats`]), and the page arithmetic every pages-mode path uses.
 
 use std::collections::BTreeSet;
+
+use super::size_order::SizeOrder;
 use std::ops::Range;
 
 use super::idle::IdleList;
@@ -99,7 +101,7 @@ pub(crate) struct PageState {
     /// above and below a request. One ordered set rather than size classes as for free blocks: unmapped
     /// blocks are few and of scattered sizes, so size classes would hold one block each
     /// and every step of a search would jump to another class.
-    pub unmapped_by_size: [BTreeSet<(u32, u64, u64, u32)>; 2],
+    pub unmapped_by_size: [SizeOrder; 2],
     /// Unmapped blocks per kind, by (stream, address, block): lowest address first.
     pub unmapped_by_address: [BTreeSet<(u32, u64, u32)>; 2],
     /// Free mapped blocks that hold at least one whole page, least recently freed first.
@@ -116,7 +118,7 @@ impl Default for PageState {
         PageState {
             layout: None,
             order: UnmappedOrder::Size,
-            unmapped_by_size: [BTreeSet::new(), BTreeSet::new()],
+            unmapped_by_size: [SizeOrder::default(), SizeOrder::default()],
             unmapped_by_address: [BTreeSet::new(), BTreeSet::new()],
             idle_pages: IdleList::new(),
             evicted: std::collections::HashMap::new(),

@@ -21,20 +21,10 @@ use super::links::NONE;
 use super::page_layout::{UnmappedOrder, holds_page, round_up_to_page};
 use super::rounding::SegmentKind;
 use super::segments::NoSegment;
+use super::size_order::SizeOrder;
 use super::source::{SegmentSource, SourceError};
 use super::state::EngineState;
 use super::types::SegmentId;
-
-/// An entry of the unmapped blocks' index as a free-index key.
-#[inline]
-fn unmapped_key((stream, size, address, block): (u32, u64, u64, u32)) -> FreeKey {
-    FreeKey {
-        stream,
-        size,
-        address,
-        block,
-    }
-}
 
 impl EngineState {
     /// The page size of a kind.
@@ -78,12 +68,7 @@ impl EngineState {
         let kind = self.blocks[block as usize].kind.index();
         match self.pages.order {
             UnmappedOrder::Size => {
-                let inserted = self.pages.unmapped_by_size[kind].insert((
-                    key.stream,
-                    key.size,
-                    key.address,
-                    block,
-                ));
+                let inserted = self.pages.unmapped_by_size[kind].insert(key);
                 debug_assert!(inserted, "unmapped block {block} indexed twice");
             }
             UnmappedOrder::Address => {
@@ -97,12 +82,7 @@ impl EngineState {
         let kind = self.blocks[block as usize].kind.index();
         match self.pages.order {
             UnmappedOrder::Size => {
-                let removed = self.pages.unmapped_by_size[kind].remove(&(
-                    key.stream,
-                    key.size,
-                    key.address,
-                    block,
-                ));
+                let removed = self.pages.unmapped_by_size[kind].remove(&key);
                 debug_assert!(removed, "unmapped block {block} was not indexed");
             }
             UnmappedOrder::Address => {
@@ -120,7 +100,7 @@ impl EngineState {
                 .pages
                 .unmapped_by_size
                 .iter()
-                .flat_map(|set| set.iter().map(|&(_, _, _, b)| b))
+                .flat_map(|set| set.iter().map(|key| key.block))
                 .collect(),
             UnmappedOrder::Address => self
                 .pages
@@ -518,10 +498,7 @@ impl EngineState {
         size: u64,
     ) -> impl Iterator<Item = FreeKey> + '_ {
         debug_assert_eq!(self.pages.order, UnmappedOrder::Size);
-        self.pages.unmapped_by_size[kind.index()]
-            .range((stream, size, 0, 0)..)
-            .take_while(move |k| k.0 == stream)
-            .map(|&k| unmapped_key(k))
+        self.pages.unmapped_by_size[kind.index()].fits_ascending(stream, size)
     }
 
     /// Unmapped blocks of `kind` on `stream` smaller than `size`, largest first.
@@ -531,16 +508,13 @@ impl EngineState {
         stream: u32,
         size: u64,
     ) -> impl Iterator<Item = FreeKey> + '_ {
-        self.pages.unmapped_by_size[kind.index()]
-            .range((stream, 0, 0, 0)..(stream, size, 0, 0))
-            .rev()
-            .map(|&k| unmapped_key(k))
+        self.pages.unmapped_by_size[kind.index()].below_descending(stream, size)
     }
 
     /// Rebuilds the unmapped indexes after the ranges' addresses changed.
     pub(super) fn reindex_unmapped(&mut self) {
         let blocks = self.unmapped_blocks();
-        self.pages.unmapped_by_size = [BTreeSet::new(), BTreeSet::new()];
+        self.pages.unmapped_by_size = [SizeOrder::default(), SizeOrder::default()];
         self.pages.unmapped_by_address = [BTreeSet::new(), BTreeSet::new()];
         for block in blocks {
             self.index_unmapped(block);

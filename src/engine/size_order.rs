@@ -1,0 +1,182 @@
+//! One ordered set of blocks by (stream, size, address): the unmapped blocks of one segment
+//! kind in pages mode, searched for the nearest sizes above and below a request.
+//!
+//! Each entry is one `u128` (stream, size and address, the last two in 512 B granules) that
+//! maps to its block, so that every comparison a search makes is a single integer compare
+//! rather than a compare of four fields one by one. The order is exactly that of the tuples
+//! (stream, size, address, block): addresses are unique among the blocks of one kind, so the
+//! block never decides it.
+//!
+//! Guarantees: sizes and addresses are multiples of 512 below
+//! [`ADDRESS_LIMIT`](super::free_index::ADDRESS_LIMIT), as for the free index; a size from
+//! that limit up finds no block above it and every block of its stream below it.
+
+use std::collections::BTreeMap;
+
+use super::free_index::{ADDRESS_LIMIT, FreeKey};
+
+/// Bits of a size or an address in granules.
+const GRANULE_BITS: u32 = 48;
+const GRANULE_MASK: u64 = (1 << GRANULE_BITS) - 1;
+
+/// (stream, size, address) as one integer, ordered as the tuple is.
+#[inline]
+fn pack(stream: u32, size: u64, address: u64) -> u128 {
+    debug_assert!(size < ADDRESS_LIMIT && address < ADDRESS_LIMIT);
+    ((stream as u128) << (2 * GRANULE_BITS))
+        | (((size >> 9) as u128) << GRANULE_BITS)
+        | (address >> 9) as u128
+}
+
+#[inline]
+fn unpack(packed: u128, block: u32) -> FreeKey {
+    FreeKey {
+        stream: (packed >> (2 * GRANULE_BITS)) as u32,
+        size: (((packed >> GRANULE_BITS) as u64) & GRANULE_MASK) << 9,
+        address: ((packed as u64) & GRANULE_MASK) << 9,
+        block,
+    }
+}
+
+/// Blocks by (stream, size, address).
+#[derive(Debug, Default)]
+pub(crate) struct SizeOrder {
+    entries: BTreeMap<u128, u32>,
+}
+
+impl SizeOrder {
+    /// Adds `key`; returns whether it was not there.
+    #[inline]
+    pub fn insert(&mut self, key: FreeKey) -> bool {
+        self.entries
+            .insert(pack(key.stream, key.size, key.address), key.block)
+            .is_none()
+    }
+
+    /// Takes `key` out; returns whether it was there.
+    #[inline]
+    pub fn remove(&mut self, key: &FreeKey) -> bool {
+        self.entries
+            .remove(&pack(key.stream, key.size, key.address))
+            .is_some()
+    }
+
+    /// The blocks of `stream` of at least `size` bytes, smallest (then lowest) first.
+    #[inline]
+    pub fn fits_ascending(&self, stream: u32, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
+        let from = if size < ADDRESS_LIMIT {
+            pack(stream, size, 0)
+        } else {
+            // No block is that large: start past the stream's last entry.
+            pack(stream, 0, 0) | ((GRANULE_MASK as u128) << GRANULE_BITS) | GRANULE_MASK as u128
+        };
+        let to = pack(stream, 0, 0) | ((1u128 << (2 * GRANULE_BITS)) - 1);
+        let range = if size < ADDRESS_LIMIT {
+            self.entries.range(from..=to)
+        } else {
+            self.entries.range(from..from)
+        };
+        range.map(|(&packed, &block)| unpack(packed, block))
+    }
+
+    /// The blocks of `stream` smaller than `size`, largest (then highest) first.
+    #[inline]
+    pub fn below_descending(&self, stream: u32, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
+        let from = pack(stream, 0, 0);
+        let to = if size < ADDRESS_LIMIT {
+            pack(stream, size, 0)
+        } else {
+            pack(stream, 0, 0) | ((1u128 << (2 * GRANULE_BITS)) - 1)
+        };
+        let range = if size < ADDRESS_LIMIT {
+            self.entries.range(from..to)
+        } else {
+            self.entries.range(from..=to)
+        };
+        range.rev().map(|(&packed, &block)| unpack(packed, block))
+    }
+
+    /// Every block, in (stream, size, address) order.
+    pub fn iter(&self) -> impl Iterator<Item = FreeKey> + '_ {
+        self.entries
+            .iter()
+            .map(|(&packed, &block)| unpack(packed, block))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The set yields exactly what a sorted set of (stream, size, address, block) tuples
+    /// would, for searches above and below any size.
+    #[test]
+    fn searches_match_a_sorted_set_of_tuples() {
+        let mut order = SizeOrder::default();
+        let mut reference: BTreeSet<(u32, u64, u64, u32)> = BTreeSet::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let key = |(stream, size, address, block): (u32, u64, u64, u32)| FreeKey {
+            stream,
+            size,
+            address,
+            block,
+        };
+        for round in 0..3000u32 {
+            let r = next();
+            let stream = [0, 0, 1, 7, u32::MAX][(r % 5) as usize];
+            let size = (1u64 << (9 + (r >> 8) % 40)) + ((r >> 50) % 4) * 512;
+            let address = (next() % (1 << 47)) * 512;
+            if r % 3 == 0 && !reference.is_empty() {
+                let nth = (next() % reference.len() as u64) as usize;
+                let victim = *reference.iter().nth(nth).unwrap();
+                reference.remove(&victim);
+                assert!(order.remove(&key(victim)));
+            } else if !reference.iter().any(|k| k.2 == address) {
+                let entry = (stream, size, address, round);
+                assert!(reference.insert(entry));
+                assert!(order.insert(key(entry)));
+            }
+            assert_eq!(order.len(), reference.len());
+            let probe_stream = [0, 1, 7, 3, u32::MAX][(next() % 5) as usize];
+            let probe = match next() % 8 {
+                0 => ADDRESS_LIMIT,
+                1 => u64::MAX,
+                _ => (1u64 << (9 + next() % 42)) + (next() % 3) * 512,
+            };
+            let above: Vec<FreeKey> = reference
+                .iter()
+                .filter(|k| k.0 == probe_stream && k.1 >= probe)
+                .take(6)
+                .map(|&k| key(k))
+                .collect();
+            let got: Vec<FreeKey> = order.fits_ascending(probe_stream, probe).take(6).collect();
+            assert_eq!(got, above);
+            let below: Vec<FreeKey> = reference
+                .iter()
+                .rev()
+                .filter(|k| k.0 == probe_stream && k.1 < probe)
+                .take(6)
+                .map(|&k| key(k))
+                .collect();
+            let got: Vec<FreeKey> = order
+                .below_descending(probe_stream, probe)
+                .take(6)
+                .collect();
+            assert_eq!(got, below);
+        }
+        let all: Vec<FreeKey> = order.iter().collect();
+        let expected: Vec<FreeKey> = reference.iter().map(|&k| key(k)).collect();
+        assert_eq!(all, expected);
+    }
+}
