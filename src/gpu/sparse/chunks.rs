@@ -502,8 +502,8 @@ impl Chunks {
     /// frees every chunk allocated ahead; returns the bytes freed. The reserve is filled
     /// again only after the next chunk a map needs, and a reserve stopped by a failed
     /// allocation starts again then.
-    pub fn release_reserve(&mut self, sparse: &SparseDevice) -> u64 {
-        let (bytes, frees, time) = self.reserve.release(sparse);
+    pub fn release_reserve(&mut self) -> u64 {
+        let (bytes, frees, time) = self.reserve.release();
         self.counters.frees += frees;
         self.counters.time += time;
         bytes
@@ -579,7 +579,9 @@ impl Chunks {
         let preferred = self
             .policy
             .chunk_for(needed, self.device_bytes, self.device_memory, self.page)
-            .min(room);
+            .min(room)
+            .min(self.largest_chunk())
+            .max(needed);
         let memory = match self.allocate(sparse, preferred) {
             Ok(memory) => (memory, preferred),
             Err(_) if preferred > needed => (self.allocate(sparse, needed)?, needed),
@@ -610,15 +612,25 @@ impl Chunks {
         loop {
             let held = self.reserve.held();
             let idle = self.free_bytes() + held;
-            let size = self
-                .policy
-                .round_down(target.saturating_sub(idle).min(preferred), self.page);
+            let size = self.policy.round_down(
+                target
+                    .saturating_sub(idle)
+                    .min(preferred)
+                    .min(self.largest_chunk()),
+                self.page,
+            );
             let total = self.device_bytes + held + size;
             if size == 0 || limit.is_some_and(|l| total > l) || !self.reserve.order(sparse, size) {
                 break;
             }
             self.device_bytes_peak = self.device_bytes_peak.max(total);
         }
+    }
+
+    /// The largest chunk whose pages a run can count (`u32::MAX` pages): policies with
+    /// larger preferred chunks get this instead.
+    fn largest_chunk(&self) -> u64 {
+        u64::from(u32::MAX) * self.page
     }
 
     /// Makes `memory` of `size` bytes a chunk of free pages.

@@ -28,6 +28,33 @@ use ash::vk;
 
 use super::device::SparseDevice;
 
+/// Where the reserve's chunks come from: the device ([`SparseDevice`]), or in unit tests a
+/// stand-in that can fail on demand.
+pub(crate) trait ChunkSource: Send + Sync + 'static {
+    /// `vkAllocateMemory` of `bytes` of the chunk memory type. Called from the reserve's
+    /// thread: it must need no external synchronization.
+    fn allocate(&self, bytes: u64) -> Result<vk::DeviceMemory, vk::Result>;
+
+    /// `vkFreeMemory`.
+    ///
+    /// # Safety
+    ///
+    /// `memory` came from [`allocate`](Self::allocate) on this source, is freed once, and
+    /// nothing uses it.
+    unsafe fn free(&self, memory: vk::DeviceMemory);
+}
+
+impl ChunkSource for SparseDevice {
+    fn allocate(&self, bytes: u64) -> Result<vk::DeviceMemory, vk::Result> {
+        self.allocate_chunk(bytes)
+    }
+
+    unsafe fn free(&self, memory: vk::DeviceMemory) {
+        // SAFETY: as the caller promised.
+        unsafe { self.free_chunk(memory) }
+    }
+}
+
 /// A chunk the reserve allocated: bound nowhere, owned by whoever takes it.
 pub(crate) struct ReadyChunk {
     pub memory: vk::DeviceMemory,
@@ -73,7 +100,7 @@ struct Shared {
 /// owner's count of what it holds.
 pub(crate) struct Reserve {
     shared: Arc<Shared>,
-    thread: Option<(JoinHandle<()>, SparseDevice)>,
+    thread: Option<(JoinHandle<()>, Arc<dyn ChunkSource>)>,
 }
 
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
@@ -105,11 +132,12 @@ impl Reserve {
         lock(&self.shared).work
     }
 
-    /// Orders a chunk of `bytes`, starting the thread on `sparse` at the first order.
+    /// Orders a chunk of `bytes`, starting the thread on `source` at the first order (later
+    /// orders use that source).
     /// Returns `false`, ordering nothing, when the reserve is stopped by a failure or the
     /// thread could not be started.
-    pub fn order(&mut self, sparse: &SparseDevice, bytes: u64) -> bool {
-        if self.thread.is_none() && !self.start(sparse) {
+    pub fn order<S: ChunkSource + Clone>(&mut self, source: &S, bytes: u64) -> bool {
+        if self.thread.is_none() && !self.start(Arc::new(source.clone())) {
             return false;
         }
         let mut state = lock(&self.shared);
@@ -178,7 +206,11 @@ impl Reserve {
     /// Drops orders not started, waits for an allocation in flight, and frees every ready
     /// chunk; re-arms the reserve after a failure. Returns the bytes freed, the `vkFreeMemory`
     /// calls and the time they took together with the wait.
-    pub fn release(&mut self, sparse: &SparseDevice) -> (u64, u64, Duration) {
+    pub fn release(&mut self) -> (u64, u64, Duration) {
+        let Some((_, source)) = &self.thread else {
+            return (0, 0, Duration::ZERO);
+        };
+        let source = source.clone();
         let start = Instant::now();
         let mut state = lock(&self.shared);
         drop_orders(&mut state);
@@ -194,7 +226,7 @@ impl Reserve {
         let (mut bytes, mut frees) = (0, 0);
         for chunk in ready {
             // SAFETY: a ready chunk was never bound, so no range or GPU work uses it.
-            unsafe { sparse.free_chunk(chunk.memory) };
+            unsafe { source.free(chunk.memory) };
             state.held -= chunk.bytes;
             bytes += chunk.bytes;
             frees += 1;
@@ -211,7 +243,7 @@ impl Reserve {
     /// Stops and joins the thread, then frees every chunk it allocated that was not taken.
     /// Idempotent; the reserve accepts no order after it.
     pub fn shutdown(&mut self) {
-        let Some((thread, sparse)) = self.thread.take() else {
+        let Some((thread, source)) = self.thread.take() else {
             return;
         };
         lock(&self.shared).stop = true;
@@ -222,21 +254,21 @@ impl Reserve {
         let mut state = lock(&self.shared);
         for chunk in state.ready.drain(..) {
             // SAFETY: a ready chunk was never bound, and the thread that made it has ended.
-            unsafe { sparse.free_chunk(chunk.memory) };
+            unsafe { source.free(chunk.memory) };
         }
         state.orders.clear();
         state.held = 0;
     }
 
-    fn start(&mut self, sparse: &SparseDevice) -> bool {
+    fn start(&mut self, source: Arc<dyn ChunkSource>) -> bool {
         let shared = self.shared.clone();
-        let device = sparse.clone();
+        let on_thread = source.clone();
         let spawned = std::thread::Builder::new()
             .name("wgpool-reserve".into())
-            .spawn(move || allocate_orders(&shared, &device));
+            .spawn(move || allocate_orders(&shared, &*on_thread));
         match spawned {
             Ok(thread) => {
-                self.thread = Some((thread, sparse.clone()));
+                self.thread = Some((thread, source));
                 true
             }
             Err(_) => {
@@ -254,7 +286,7 @@ impl Drop for Reserve {
 }
 
 /// The thread: allocates the orders one at a time until told to stop.
-fn allocate_orders(shared: &Shared, sparse: &SparseDevice) {
+fn allocate_orders(shared: &Shared, source: &dyn ChunkSource) {
     let mut state = lock(shared);
     loop {
         if state.stop {
@@ -270,7 +302,7 @@ fn allocate_orders(shared: &Shared, sparse: &SparseDevice) {
         state.in_flight = Some(bytes);
         drop(state);
         let start = Instant::now();
-        let result = sparse.allocate_chunk(bytes);
+        let result = source.allocate(bytes);
         let elapsed = start.elapsed();
         state = lock(shared);
         state.in_flight = None;
@@ -295,4 +327,86 @@ fn allocate_orders(shared: &Shared, sparse: &SparseDevice) {
 fn drop_orders(state: &mut State) {
     let dropped: Vec<u64> = state.orders.drain(..).collect();
     state.held -= dropped.iter().sum::<u64>();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    use super::*;
+
+    /// Hands out made-up handles, counts the live ones, and fails while told to.
+    #[derive(Clone, Default)]
+    struct Fake(Arc<FakeState>);
+
+    #[derive(Default)]
+    struct FakeState {
+        next: AtomicU64,
+        live: AtomicU64,
+        fail: AtomicBool,
+    }
+
+    impl ChunkSource for Fake {
+        fn allocate(&self, _bytes: u64) -> Result<vk::DeviceMemory, vk::Result> {
+            if self.0.fail.load(Ordering::SeqCst) {
+                return Err(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY);
+            }
+            self.0.live.fetch_add(1, Ordering::SeqCst);
+            let handle = self.0.next.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok(vk::Handle::from_raw(handle))
+        }
+
+        unsafe fn free(&self, _memory: vk::DeviceMemory) {
+            self.0.live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Orders are held from the order on, taken whole, and what is not taken is freed at
+    /// shutdown.
+    #[test]
+    fn orders_are_counted_taken_and_freed_at_shutdown() {
+        let fake = Fake::default();
+        let mut reserve = Reserve::new();
+        assert!(reserve.order(&fake, 4 << 20));
+        assert!(reserve.order(&fake, 2 << 20));
+        assert_eq!(reserve.held(), 6 << 20, "counted from the order on");
+        reserve.settle();
+        let (taken, _) = reserve.take(1 << 20);
+        assert_eq!(taken.len(), 1, "the first ready chunk covers it");
+        assert_eq!(taken[0].bytes, 4 << 20);
+        assert_eq!(reserve.held(), 2 << 20);
+        assert_eq!(reserve.work().allocations, 2);
+        reserve.shutdown();
+        assert_eq!(reserve.held(), 0);
+        // The taken chunk is the caller's; the other was freed.
+        assert_eq!(fake.0.live.load(Ordering::SeqCst), 1);
+        assert!(!reserve.order(&fake, 1 << 20), "no order after shutdown");
+    }
+
+    /// A failed allocation uncounts its order, stops the reserve (orders are refused) until
+    /// it is released, and is never handed to a caller.
+    #[test]
+    fn a_failure_stops_the_reserve_until_it_is_released() {
+        let fake = Fake::default();
+        let mut reserve = Reserve::new();
+        fake.0.fail.store(true, Ordering::SeqCst);
+        assert!(reserve.order(&fake, 2 << 20));
+        reserve.settle();
+        assert_eq!(reserve.held(), 0);
+        assert_eq!(reserve.work().failures, 1);
+        assert!(!reserve.order(&fake, 2 << 20), "stopped");
+        let (taken, waited) = reserve.take(2 << 20);
+        assert!(taken.is_empty());
+        assert_eq!(waited, Duration::ZERO);
+        fake.0.fail.store(false, Ordering::SeqCst);
+        assert_eq!(reserve.release().0, 0);
+        assert!(reserve.order(&fake, 2 << 20), "re-armed");
+        reserve.settle();
+        assert_eq!(reserve.held(), 2 << 20);
+        let (bytes, frees, _) = reserve.release();
+        assert_eq!((bytes, frees), (2 << 20, 1));
+        assert_eq!(reserve.held(), 0);
+        drop(reserve);
+        assert_eq!(fake.0.live.load(Ordering::SeqCst), 0);
+    }
 }

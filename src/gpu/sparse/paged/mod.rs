@@ -170,7 +170,7 @@ impl PagedMemory {
     pub fn set_limit(&mut self, limit: Option<u64>) {
         self.limit = limit;
         if limit.is_some_and(|l| self.chunks.device_bytes() > l) {
-            self.chunks.release_reserve(&self.sparse);
+            self.chunks.release_reserve();
         }
     }
 
@@ -375,7 +375,7 @@ impl PagedMemory {
     /// not started, waits for one being allocated, and frees every chunk allocated ahead;
     /// returns the bytes freed. The reserve fills again after the next chunk a map needs.
     pub fn release_reserve(&mut self) -> u64 {
-        self.chunks.release_reserve(&self.sparse)
+        self.chunks.release_reserve()
     }
 
     /// [`release_idle`](Self::release_idle) without the reserve.
