@@ -175,6 +175,10 @@ pub struct Config {
     /// memory before idle pages are recycled, reached once the bytes mapped over the pool's
     /// life are 1.3 times that peak, and in proportion before (`compact_page_slack`).
     pub compact_page_slack: f64,
+    /// Pages mode: preferred chunks of device memory a pool keeps allocated ahead of demand
+    /// on a thread of its own, so that growing normally binds without waiting for the
+    /// driver's allocation (`page_reserve_chunks`; 0: none).
+    pub page_reserve_chunks: u32,
 }
 
 impl Default for Config {
@@ -197,6 +201,7 @@ impl Default for Config {
             compact_release_budget: 0.25,
             compact_recycle_rate: 0.1,
             compact_page_slack: 0.008,
+            page_reserve_chunks: 1,
         }
     }
 }
@@ -251,6 +256,8 @@ builders! {
     with_compact_recycle_rate: compact_recycle_rate: f64;
     /// Sets `compact_page_slack`.
     with_compact_page_slack: compact_page_slack: f64;
+    /// Sets `page_reserve_chunks`.
+    with_page_reserve_chunks: page_reserve_chunks: u32;
 }
 
 impl std::str::FromStr for Config {

@@ -27,7 +27,8 @@ fn segment_buffers(device: &wgpu::Device, usage: wgpu::BufferUsages, label: &str
 }
 
 /// The backing `plan` decided, of `usage` on `device`: address ranges whose chunks
-/// follow `policy` in pages mode, fixed segment buffers otherwise. Nothing is decided here.
+/// follow `policy` in pages mode (with the plan's reserve of chunks allocated ahead), fixed
+/// segment buffers otherwise. Nothing is decided here.
 pub(crate) fn for_plan(
     plan: &MemoryPlan,
     device: &wgpu::Device,
@@ -38,7 +39,8 @@ pub(crate) fn for_plan(
 ) -> Backing {
     match (plan.mode, &plan.sparse) {
         (MemoryMode::Pages, Some(sparse)) => {
-            let memory = PagedMemory::on(sparse.clone(), device, queue, usage, label, policy);
+            let mut memory = PagedMemory::on(sparse.clone(), device, queue, usage, label, policy);
+            memory.set_reserve(plan.reserve_chunks);
             Backing::new(BackingKind::Pages(Box::new(PagedSource::new(memory))))
         }
         _ => segment_buffers(device, usage, label),
@@ -127,6 +129,10 @@ impl Backing {
                     device_bytes_peak: counters.peak_bytes,
                     driver_time: counters.driver_time,
                     allocation_time: counters.driver_time,
+                    background_allocation_time: Duration::ZERO,
+                    background_allocations: 0,
+                    reserve_taken: 0,
+                    reserve_waits: 0,
                     bind_time: Duration::ZERO,
                     unmap_wait_time: Duration::ZERO,
                     allocations: counters.created,
@@ -150,6 +156,10 @@ impl Backing {
                     device_bytes_peak: pages.device_bytes_peak(),
                     driver_time: counters.driver_time(),
                     allocation_time: counters.chunks.time,
+                    background_allocation_time: counters.chunks.background_time,
+                    background_allocations: counters.chunks.background_allocations,
+                    reserve_taken: counters.chunks.reserve_taken,
+                    reserve_waits: counters.chunks.reserve_waits,
                     bind_time: counters.bind_time,
                     unmap_wait_time: counters.unmap_wait_time,
                     allocations: counters.chunks.allocations,

@@ -32,9 +32,20 @@ pub struct DeviceMemoryUsage {
     #[serde(serialize_with = "seconds")]
     pub driver_time: Duration,
     /// Of `driver_time`: getting and giving back memory (`create_buffer` and `destroy`, or
-    /// `vkAllocateMemory` and `vkFreeMemory`).
+    /// `vkAllocateMemory` and `vkFreeMemory`) on the pool's callers' threads, waits for an
+    /// allocation of the page reserve in flight included.
     #[serde(serialize_with = "seconds")]
     pub allocation_time: Duration,
+    /// `vkAllocateMemory` on the page reserve's own thread (`page_reserve_chunks`): off the
+    /// callers' path, so not in `driver_time` (zero for segments).
+    #[serde(serialize_with = "seconds")]
+    pub background_allocation_time: Duration,
+    /// Of `allocations`: those made by the page reserve's thread (0 for segments).
+    pub background_allocations: u64,
+    /// Chunks taken from the page reserve by requests that needed memory (0 for segments).
+    pub reserve_taken: u64,
+    /// Of `reserve_taken`: those a request had to wait for, still being allocated.
+    pub reserve_waits: u64,
     /// Of `driver_time`: `vkQueueBindSparse` (and, where the device cannot order binds on
     /// the GPU, their fence waits; where it can, the empty submission before each unbind);
     /// zero for segments.

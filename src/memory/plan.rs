@@ -27,6 +27,9 @@ pub(crate) struct MemoryPlan {
     pub page_mapping: Option<PageMapping>,
     /// The device's page mapping, in pages mode: the backing binds through it.
     pub sparse: Option<SparseDevice>,
+    /// Chunks the backing keeps allocated ahead of demand in pages mode
+    /// (`page_reserve_chunks`).
+    pub reserve_chunks: u32,
 }
 
 /// Why no plan fits the configuration on this device.
@@ -54,6 +57,7 @@ pub(crate) fn plan(config: &Config, device: &wgpu::Device) -> Result<MemoryPlan,
         reason,
         page_mapping: None,
         sparse: None,
+        reserve_chunks: 0,
     };
     let sparse = match (config.expandable(), sparse_device(device)) {
         (ExpandableSegments::False, _) => {
@@ -99,5 +103,6 @@ pub(crate) fn plan(config: &Config, device: &wgpu::Device) -> Result<MemoryPlan,
         reason,
         page_mapping: Some(mapping),
         sparse: Some(sparse),
+        reserve_chunks: config.page_reserve_chunks,
     })
 }

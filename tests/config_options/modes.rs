@@ -1,4 +1,4 @@
-//! How memory is held: `expandable_segments`, `backend`, `overflow`.
+//! How memory is held: `expandable_segments`, `backend`, `overflow`, `page_reserve_chunks`.
 
 use super::*;
 
@@ -174,4 +174,47 @@ fn overflow_parses_and_the_engine_ignores_it() {
         AllocError::OutOfMemory(oom) => assert_eq!(oom.host_overflow, None),
         other => panic!("{other:?}"),
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// page_reserve_chunks
+// ---------------------------------------------------------------------------------------
+
+/// `page_reserve_chunks` takes 0 to 8 (1 by default) and round-trips; the engine places
+/// exactly the same with any value: the reserve lives below it, in the pages-mode memory
+/// (its behaviour on a device is tested in `tests/reserve_gpu.rs`).
+#[test]
+fn page_reserve_chunks_takes_0_to_8_and_the_engine_ignores_it() {
+    assert_eq!(Config::default().page_reserve_chunks, 1);
+    for n in 0..=8u32 {
+        let config = Config::parse(&format!("page_reserve_chunks:{n}")).unwrap();
+        assert_eq!(config.page_reserve_chunks, n);
+        assert_eq!(Config::parse(&config.to_conf_string()).unwrap(), config);
+    }
+    for bad in ["9", "-1", "x", "1.5"] {
+        let (key, written, _, _) = invalid_value(&format!("page_reserve_chunks:{bad}"));
+        assert_eq!(
+            (key.as_str(), written.as_str()),
+            ("page_reserve_chunks", bad)
+        );
+    }
+    assert!(
+        Config::default()
+            .with_page_reserve_chunks(9)
+            .validate()
+            .is_err()
+    );
+    let pages = Some(VirtualSegments::H200_PAGES);
+    let run = |conf: &str| {
+        let limits = EngineLimits::unlimited().with_page_mapping(pages);
+        let mut pool = CheckedEngine::with_limits(conf, limits);
+        pool.device = VirtualSegments::unlimited().with_pages(pages);
+        assert_eq!(pool.engine.memory_mode(), MemoryMode::Pages);
+        let blocks: Vec<Allocation> = (1..20u64).map(|i| pool.alloc(i * 3 * MIB + 512)).collect();
+        for block in blocks.into_iter().step_by(2) {
+            pool.free(block);
+        }
+        pool.engine.snapshot()
+    };
+    assert_eq!(run("page_reserve_chunks:0"), run("page_reserve_chunks:8"));
 }

@@ -4,6 +4,11 @@
 //! none of its pages is bound. Allocating costs about 0.2 ms a call plus 20 to 36 us per MiB
 //! on an H200 (more as the device fills), so chunks grow with the memory already in chunks
 //! and the device ([`ChunkPolicy`]): few calls, and under 1% of the memory left unbound.
+//!
+//! With a reserve ([`Chunks::set_reserve`]), chunks of the preferred size are allocated
+//! ahead of demand on a thread of the reserve's own ([`reserve`](super::reserve)): a map
+//! that needs memory takes ready chunks first, and only what they do not cover is allocated
+//! on the caller's thread.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -12,6 +17,7 @@ use ash::vk;
 
 use super::device::SparseDevice;
 use super::error::SparseError;
+use super::reserve::Reserve;
 
 /// How large new chunks are.
 ///
@@ -26,7 +32,8 @@ use super::error::SparseError;
 /// Guarantee: a chunk is allocated only when the free and spare pages cannot serve a map,
 /// and after that map fewer than one preferred chunk plus one granule of pages are left
 /// unmapped; so device memory exceeds what is mapped or spare for the engine by less than
-/// that.
+/// that. A reserve ([`PagedMemory::set_reserve`](super::PagedMemory::set_reserve)) adds at
+/// most its count of preferred chunks without the device's floor to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ChunkPolicy {
@@ -162,9 +169,20 @@ impl ChunkPolicy {
 
     /// `size` rounded up to the granule and the page.
     fn round(&self, size: u64, page: u64) -> u64 {
-        let page = page.max(1);
-        let granule = self.granule.max(1).div_ceil(page) * page;
+        let granule = self.whole_granule(page);
         size.div_ceil(granule).saturating_mul(granule)
+    }
+
+    /// `size` rounded down to the granule and the page.
+    pub(crate) fn round_down(&self, size: u64, page: u64) -> u64 {
+        let granule = self.whole_granule(page);
+        size / granule * granule
+    }
+
+    /// The granule rounded up to whole pages.
+    fn whole_granule(&self, page: u64) -> u64 {
+        let page = page.max(1);
+        self.granule.max(1).div_ceil(page) * page
     }
 }
 
@@ -185,14 +203,33 @@ struct Chunk {
 }
 
 /// Driver time and call counts of the chunk allocator.
+///
+/// `time` is what callers waited for: their own `vkAllocateMemory` and `vkFreeMemory`
+/// calls, and their waits for a reserve allocation in flight. The reserve's thread's time is
+/// `background_time`, apart: it overlaps the callers' work and is not on their path.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct ChunkCounters {
-    /// `vkAllocateMemory` calls that succeeded.
+    /// `vkAllocateMemory` calls that succeeded, on any thread (the reserve's included), so
+    /// that `allocations - frees` is the chunks held, the reserve's included.
     pub allocations: u64,
-    /// `vkFreeMemory` calls.
+    /// `vkFreeMemory` calls (chunks and the reserve's unused chunks).
     pub frees: u64,
-    /// Time in `vkAllocateMemory` and `vkFreeMemory`, failed calls included.
+    /// Time callers spent in `vkAllocateMemory` and `vkFreeMemory` (failed calls
+    /// included), and waiting for a reserve allocation in flight.
     pub time: Duration,
+    /// Of `allocations`: those made by the reserve's thread.
+    pub background_allocations: u64,
+    /// Allocations on the reserve's thread that failed (each stops the reserve until memory
+    /// is released).
+    pub background_failures: u64,
+    /// Time on the reserve's thread in `vkAllocateMemory`, failed calls included; not in
+    /// `time`.
+    pub background_time: Duration,
+    /// Chunks taken from the reserve by maps.
+    pub reserve_taken: u64,
+    /// Of `reserve_taken`: those a map had to wait for (still being allocated).
+    pub reserve_waits: u64,
 }
 
 /// Every chunk of one pool, and its free pages.
@@ -205,9 +242,15 @@ pub(crate) struct Chunks {
     /// Free runs of every chunk ordered by (length, chunk, first): best fit first.
     by_length: BTreeSet<(u32, u32, u32)>,
     free_pages: u64,
+    /// Bytes in chunks (the reserve's not included).
     device_bytes: u64,
+    /// The peak of bytes in chunks and in the reserve together.
     device_bytes_peak: u64,
-    pub counters: ChunkCounters,
+    counters: ChunkCounters,
+    /// Chunks allocated ahead of demand; empty with `reserve_chunks` 0.
+    reserve: Reserve,
+    /// How many preferred chunks the reserve keeps (0: no reserve).
+    reserve_chunks: u32,
 }
 
 impl Chunks {
@@ -222,12 +265,43 @@ impl Chunks {
             device_bytes: 0,
             device_bytes_peak: 0,
             counters: ChunkCounters::default(),
+            reserve: Reserve::new(),
+            reserve_chunks: 0,
         }
     }
 
-    /// Bytes in chunks (device memory this pool holds).
+    /// Keeps `chunks` chunks allocated ahead of demand beyond the free pages the policy
+    /// leaves, refilled after each map that grew ([`refill`](Self::refill); 0: no reserve,
+    /// the default). A smaller count takes effect as the reserve is used or released.
+    pub fn set_reserve(&mut self, chunks: u32) {
+        self.reserve_chunks = chunks;
+    }
+
+    /// Counters so far, the reserve's thread's included.
+    pub fn counters(&self) -> ChunkCounters {
+        let work = self.reserve.work();
+        let mut counters = self.counters;
+        counters.allocations += work.allocations;
+        counters.background_allocations = work.allocations;
+        counters.background_failures = work.failures;
+        counters.background_time = work.time;
+        counters
+    }
+
+    /// Device memory this pool holds: bytes in chunks and in the reserve (allocated, or
+    /// ordered and being allocated).
     pub fn device_bytes(&self) -> u64 {
-        self.device_bytes
+        self.device_bytes + self.reserve.held()
+    }
+
+    /// Blocks until the reserve's orders are allocated (or failed).
+    pub fn settle_reserve(&self) {
+        self.reserve.settle();
+    }
+
+    /// Bytes in the reserve: allocated ahead of demand, or ordered and being allocated.
+    pub fn reserve_bytes(&self) -> u64 {
+        self.reserve.held()
     }
 
     /// The peak of [`device_bytes`](Self::device_bytes).
@@ -278,7 +352,8 @@ impl Chunks {
         pages: u64,
         limit: Option<u64>,
     ) -> Result<Vec<PhysicalRun>, SparseError> {
-        if pages > self.free_pages {
+        let grew = pages > self.free_pages;
+        if grew {
             self.grow(sparse, (pages - self.free_pages) * self.page, limit)?;
         }
         let mut runs = Vec::new();
@@ -305,6 +380,9 @@ impl Chunks {
                 pages: used,
             });
             left -= used as u64;
+        }
+        if grew {
+            self.refill(sparse, limit);
         }
         Ok(runs)
     }
@@ -409,7 +487,7 @@ impl Chunks {
             let start = Instant::now();
             // SAFETY: no page of the chunk is bound (every page is free), so no range and
             // no GPU work uses the memory.
-            unsafe { sparse.raw().free_memory(chunk.memory, None) };
+            unsafe { sparse.free_chunk(chunk.memory) };
             self.counters.time += start.elapsed();
             self.counters.frees += 1;
             freed += size;
@@ -420,26 +498,78 @@ impl Chunks {
         freed
     }
 
-    /// Frees every chunk, bound or not. Only for teardown, once no GPU work uses them.
+    /// Frees the reserve: drops orders not started, waits for an allocation in flight, and
+    /// frees every chunk allocated ahead; returns the bytes freed. The reserve is filled
+    /// again only after the next chunk a map needs, and a reserve stopped by a failed
+    /// allocation starts again then.
+    pub fn release_reserve(&mut self) -> u64 {
+        let (bytes, frees, time) = self.reserve.release();
+        self.counters.frees += frees;
+        self.counters.time += time;
+        bytes
+    }
+
+    /// Frees every chunk, bound or not, and the reserve, after stopping its thread. Only
+    /// for teardown, once no GPU work uses them.
     pub fn free_all(&mut self, sparse: &SparseDevice) {
+        self.reserve.shutdown();
         for chunk in self.chunks.drain(..).flatten() {
             // SAFETY: the caller waited for the GPU; ranges still bound to the memory are
             // destroyed and never used again.
-            unsafe { sparse.raw().free_memory(chunk.memory, None) };
+            unsafe { sparse.free_chunk(chunk.memory) };
         }
         self.by_length.clear();
         self.free_pages = 0;
         self.device_bytes = 0;
     }
 
+    /// Adds chunks for `shortfall` bytes: chunks of the reserve first, then one allocated
+    /// here for what they do not cover. Bytes in
+    /// chunks and in the reserve stay within `limit`: a shortfall that the reserve and the
+    /// room under the limit cannot cover fails before anything changes.
     fn grow(
         &mut self,
         sparse: &SparseDevice,
         shortfall: u64,
         limit: Option<u64>,
     ) -> Result<(), SparseError> {
-        let needed = shortfall.div_ceil(self.page) * self.page;
-        let room = limit.map_or(u64::MAX, |l| l.saturating_sub(self.device_bytes));
+        let mut needed = shortfall.div_ceil(self.page) * self.page;
+        let held = self.reserve.held();
+        let room = limit.map_or(u64::MAX, |l| l.saturating_sub(self.device_bytes + held));
+        if needed > room.saturating_add(held) {
+            return Err(SparseError::OutOfMemory {
+                bytes: needed,
+                result: vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
+            });
+        }
+        if held > 0 {
+            let (taken, waited) = self.reserve.take(needed);
+            self.counters.time += waited;
+            if !waited.is_zero() {
+                self.counters.reserve_waits += 1;
+            }
+            for chunk in taken {
+                needed = needed.saturating_sub(chunk.bytes);
+                self.counters.reserve_taken += 1;
+                self.adopt(chunk.memory, chunk.bytes);
+            }
+        }
+        if needed > 0 {
+            self.allocate_for(sparse, needed, limit)?;
+        }
+        Ok(())
+    }
+
+    /// Allocates a chunk for `needed` bytes on the caller's thread: the policy's size, at
+    /// most what `limit` leaves, or `needed` alone where the driver refuses more.
+    fn allocate_for(
+        &mut self,
+        sparse: &SparseDevice,
+        needed: u64,
+        limit: Option<u64>,
+    ) -> Result<(), SparseError> {
+        let in_use = self.device_bytes();
+        let room = limit.map_or(u64::MAX, |l| l.saturating_sub(in_use));
         if needed > room {
             return Err(SparseError::OutOfMemory {
                 bytes: needed,
@@ -449,13 +579,62 @@ impl Chunks {
         let preferred = self
             .policy
             .chunk_for(needed, self.device_bytes, self.device_memory, self.page)
-            .min(room);
+            .min(room)
+            .min(self.largest_chunk())
+            .max(needed);
         let memory = match self.allocate(sparse, preferred) {
             Ok(memory) => (memory, preferred),
             Err(_) if preferred > needed => (self.allocate(sparse, needed)?, needed),
             Err(error) => return Err(error),
         };
         let (memory, size) = memory;
+        self.adopt(memory, size);
+        Ok(())
+    }
+
+    /// After a map that grew: orders chunks until the free pages and the reserve together
+    /// hold a preferred chunk ([`ChunkPolicy::chunk_size`], what the pool may leave unused
+    /// anyway) plus `reserve_chunks` times the preferred chunk without the device's floor
+    /// (at most 1/`divisor` of the memory in chunks, or `min_chunk`), so that the reserve
+    /// holds at most that much beyond the bound [`ChunkPolicy`] guarantees without one,
+    /// also for a small pool on a large device. Each chunk is at most a preferred chunk and
+    /// a whole number of granules; none is ordered beyond `limit` or once the reserve is
+    /// stopped by a failure.
+    fn refill(&mut self, sparse: &SparseDevice, limit: Option<u64>) {
+        if self.reserve_chunks == 0 {
+            return;
+        }
+        let preferred = self
+            .policy
+            .chunk_size(self.device_bytes, self.device_memory, self.page);
+        let extra = self.policy.chunk_size(self.device_bytes, 0, self.page);
+        let target = preferred.saturating_add(extra.saturating_mul(u64::from(self.reserve_chunks)));
+        loop {
+            let held = self.reserve.held();
+            let idle = self.free_bytes() + held;
+            let size = self.policy.round_down(
+                target
+                    .saturating_sub(idle)
+                    .min(preferred)
+                    .min(self.largest_chunk()),
+                self.page,
+            );
+            let total = self.device_bytes + held + size;
+            if size == 0 || limit.is_some_and(|l| total > l) || !self.reserve.order(sparse, size) {
+                break;
+            }
+            self.device_bytes_peak = self.device_bytes_peak.max(total);
+        }
+    }
+
+    /// The largest chunk whose pages a run can count (`u32::MAX` pages): policies with
+    /// larger preferred chunks get this instead.
+    fn largest_chunk(&self) -> u64 {
+        u64::from(u32::MAX) * self.page
+    }
+
+    /// Makes `memory` of `size` bytes a chunk of free pages.
+    fn adopt(&mut self, memory: vk::DeviceMemory, size: u64) {
         let pages = (size / self.page) as u32;
         let index = match self.chunks.iter().position(Option::is_none) {
             Some(index) => index,
@@ -471,9 +650,9 @@ impl Chunks {
             free_pages: 0,
         });
         self.device_bytes += size;
-        self.device_bytes_peak = self.device_bytes_peak.max(self.device_bytes);
+        let total = self.device_bytes();
+        self.device_bytes_peak = self.device_bytes_peak.max(total);
         self.insert_free(index as u32, 0, pages);
-        Ok(())
     }
 
     fn allocate(
@@ -481,12 +660,8 @@ impl Chunks {
         sparse: &SparseDevice,
         bytes: u64,
     ) -> Result<vk::DeviceMemory, SparseError> {
-        let info = vk::MemoryAllocateInfo::default()
-            .allocation_size(bytes)
-            .memory_type_index(sparse.facts().memory_type);
         let start = Instant::now();
-        // SAFETY: a plain allocation of a memory type of this device.
-        let result = unsafe { sparse.raw().allocate_memory(&info, None) };
+        let result = sparse.allocate_chunk(bytes);
         self.counters.time += start.elapsed();
         match result {
             Ok(memory) => {

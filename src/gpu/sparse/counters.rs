@@ -48,9 +48,10 @@ pub struct PagedCounters {
 }
 
 impl PagedCounters {
-    /// Time in the driver: memory allocation and freeing, binds, and creating and releasing
-    /// ranges and their wrappers (the waits for the GPU before unbinding are not driver
-    /// time).
+    /// Time in the driver on the callers' threads: memory allocation and freeing (and
+    /// waits for a reserve allocation in flight), binds, and creating and releasing ranges
+    /// and their wrappers (the waits for the GPU before unbinding are not driver time, nor
+    /// is the reserve's thread's time, [`ChunkCounters::background_time`]).
     pub fn driver_time(&self) -> Duration {
         self.chunks.time + self.bind_time + self.range_time
     }
@@ -60,8 +61,10 @@ impl PagedCounters {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PagedUsage {
-    /// Bytes of device memory in chunks.
+    /// Bytes of device memory in chunks and in the reserve.
     pub device_bytes: u64,
+    /// Of `device_bytes`: the reserve's, allocated ahead of demand (or being allocated).
+    pub reserve_bytes: u64,
     /// Bytes of pages bound into ranges for blocks (maps), spare pages not included.
     pub mapped_bytes: u64,
     /// Bytes of spare pages: bound past the end of a map, for the next map there.

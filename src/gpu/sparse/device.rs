@@ -34,6 +34,8 @@ pub(crate) struct SparseDeviceInner {
     fences: Mutex<Vec<vk::Fence>>,
     /// Address space reserved by the ranges of every pool on the device.
     address_reserved: AtomicU64,
+    /// Chunks of device memory allocated by the pools on the device and not freed yet.
+    live_chunks: AtomicU64,
     /// Timeline semaphores that order binds with the GPU, where the device has them;
     /// without them every bind waits on a fence and every unmap for the GPU.
     pub timelines: Option<Timelines>,
@@ -138,6 +140,36 @@ impl SparseDevice {
 
     pub(crate) fn raw(&self) -> &ash::Device {
         &self.inner.raw
+    }
+
+    /// `VkDeviceMemory` chunks that pools in pages mode on this device have allocated and
+    /// not freed, from any thread (a reserve's included). Zero once every pool is dropped.
+    pub fn live_chunks(&self) -> u64 {
+        self.inner.live_chunks.load(Ordering::Acquire)
+    }
+
+    /// Allocates a chunk of `bytes` of the chunk memory type. Any thread may call it: the
+    /// device needs no external synchronization for allocations.
+    pub(crate) fn allocate_chunk(&self, bytes: u64) -> Result<vk::DeviceMemory, vk::Result> {
+        let info = vk::MemoryAllocateInfo::default()
+            .allocation_size(bytes)
+            .memory_type_index(self.inner.facts.memory_type);
+        // SAFETY: a plain allocation of a memory type of this device.
+        let memory = unsafe { self.inner.raw.allocate_memory(&info, None) }?;
+        self.inner.live_chunks.fetch_add(1, Ordering::AcqRel);
+        Ok(memory)
+    }
+
+    /// Frees a chunk from [`allocate_chunk`](Self::allocate_chunk).
+    ///
+    /// # Safety
+    ///
+    /// `memory` came from `allocate_chunk` on this device and is freed once; no bind into a
+    /// range that is still used, and no GPU work, uses it any more.
+    pub(crate) unsafe fn free_chunk(&self, memory: vk::DeviceMemory) {
+        // SAFETY: as the caller promised.
+        unsafe { self.inner.raw.free_memory(memory, None) };
+        self.inner.live_chunks.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Submits one batch of buffer binds in a single `vkQueueBindSparse`, ordered after every
@@ -338,6 +370,7 @@ impl SparseDeviceInner {
             facts,
             fences: Mutex::new(Vec::new()),
             address_reserved: AtomicU64::new(0),
+            live_chunks: AtomicU64::new(0),
             timelines,
             retiring: Mutex::new(Vec::new()),
         }

@@ -29,6 +29,7 @@ mod open;
 mod page_plan;
 mod paged;
 mod range;
+mod reserve;
 mod timeline;
 
 pub use chunks::{ChunkCounters, ChunkPolicy};

@@ -45,8 +45,14 @@ struct RangeState {
 ///   [`release_idle`](Self::release_idle);
 /// - a failed call changes nothing: a failed allocation is
 ///   [`SparseError::OutOfMemory`], never a panic;
-/// - device memory in chunks never exceeds the limit set with
-///   [`set_limit`](Self::set_limit).
+/// - device memory in chunks and in the reserve never exceeds the limit set with
+///   [`set_limit`](Self::set_limit);
+/// - with a reserve ([`set_reserve`](Self::set_reserve)), chunks are allocated ahead of
+///   demand on a thread of the memory's own, and a map that needs memory takes them before
+///   allocating on its own thread. The reserve counts as device memory
+///   ([`PagedUsage::device_bytes`]), is freed by [`release_idle`](Self::release_idle), and
+///   its thread is joined and its chunks freed when the memory is dropped. Its failures are
+///   never a map's: a map allocates what the reserve does not cover itself.
 pub struct PagedMemory {
     sparse: SparseDevice,
     device: wgpu::Device,
@@ -158,16 +164,33 @@ impl PagedMemory {
         self.sparse.page_size()
     }
 
-    /// Caps the device memory in chunks (for `per_process_memory_fraction` and
-    /// `memory_limit_mb`); `None` removes the cap.
+    /// Caps the device memory in chunks and in the reserve (for
+    /// `per_process_memory_fraction` and `memory_limit_mb`); `None` removes the cap. A
+    /// reserve that the new cap leaves no room for is freed.
     pub fn set_limit(&mut self, limit: Option<u64>) {
         self.limit = limit;
+        if limit.is_some_and(|l| self.chunks.device_bytes() > l) {
+            self.chunks.release_reserve();
+        }
+    }
+
+    /// Keeps memory allocated ahead of demand, on a thread of this memory's own, so that
+    /// maps that need memory normally take a ready chunk instead of waiting for
+    /// `vkAllocateMemory` (0, the default here: none). After each map that needed a new
+    /// chunk, chunks are ordered until the free pages and the reserve together hold a
+    /// preferred chunk ([`ChunkPolicy::chunk_size`], what the pool may leave unused anyway)
+    /// plus `chunks` times the preferred chunk without the device's floor (1/`divisor` of
+    /// the memory in chunks, within `min_chunk..=max_chunk`): that is all the memory it
+    /// holds beyond the bound [`ChunkPolicy`] guarantees without a reserve. Each chunk is at
+    /// most a preferred chunk, and none is ordered beyond the limit.
+    pub fn set_reserve(&mut self, chunks: u32) {
+        self.chunks.set_reserve(chunks);
     }
 
     /// Counters of driver work so far.
     pub fn counters(&self) -> PagedCounters {
         let mut counters = self.counters;
-        counters.chunks = self.chunks.counters;
+        counters.chunks = self.chunks.counters();
         counters
     }
 
@@ -175,6 +198,7 @@ impl PagedMemory {
     pub fn usage(&self) -> PagedUsage {
         PagedUsage {
             device_bytes: self.chunks.device_bytes(),
+            reserve_bytes: self.chunks.reserve_bytes(),
             mapped_bytes: self.mapped_bytes,
             spare_bytes: self.spare_bytes,
             range_bytes: self.range_bytes,
@@ -333,7 +357,29 @@ impl PagedMemory {
 
     /// Frees chunks with no page in use, largest first, as long as the total stays at most
     /// `bytes`; returns the bytes freed. Unbound pages of chunks that are partly in use stay.
+    ///
+    /// Where this frees a chunk or leaves none, the reserve is freed as well (see
+    /// [`release_reserve`](Self::release_reserve)), outside `bytes` and the bytes returned:
+    /// the pool is giving memory back, not growing. A call that frees no chunk while some
+    /// are in use keeps it, so that releases in the middle of a workload do not free and
+    /// allocate it again and again.
     pub fn release_idle(&mut self, bytes: u64) -> u64 {
+        let freed = self.release_chunks(bytes);
+        if bytes > 0 && (freed > 0 || self.chunks.count() == 0) {
+            self.release_reserve();
+        }
+        freed
+    }
+
+    /// Frees the reserve ([`set_reserve`](Self::set_reserve)): drops the chunks ordered and
+    /// not started, waits for one being allocated, and frees every chunk allocated ahead;
+    /// returns the bytes freed. The reserve fills again after the next chunk a map needs.
+    pub fn release_reserve(&mut self) -> u64 {
+        self.chunks.release_reserve()
+    }
+
+    /// [`release_idle`](Self::release_idle) without the reserve.
+    fn release_chunks(&mut self, bytes: u64) -> u64 {
         if bytes > 0 && self.spare_keeps_a_chunk() {
             // Spare pages alone keep a chunk in use; a failure leaves them where they are.
             let _ = self.reclaim_spare(None);
@@ -362,6 +408,13 @@ impl PagedMemory {
     /// nothing needs this but measurements.
     pub fn wait_for_binds(&self) -> Result<(), SparseError> {
         self.sparse.wait_for_binds()
+    }
+
+    /// Blocks until the chunks ordered for the reserve ([`set_reserve`](Self::set_reserve))
+    /// are allocated, or their allocation failed. Maps take ready chunks and wait for
+    /// ordered ones themselves, so nothing needs this but tests and measurements.
+    pub fn settle_reserve(&self) {
+        self.chunks.settle_reserve();
     }
 
     /// Bytes in chunks that no map uses: pages bound nowhere and spare pages.
