@@ -158,6 +158,15 @@ pub struct GpuReplayReport {
     /// Of `driver_time_s`: getting and giving back memory (`create_buffer` and `destroy`, or
     /// `vkAllocateMemory` and `vkFreeMemory`).
     pub allocation_time_s: f64,
+    /// `vkAllocateMemory` on the page reserve's own thread (`page_reserve_chunks`), off the
+    /// pool's path: not in `driver_time_s` (0 for segments).
+    pub background_allocation_time_s: f64,
+    /// Of `device_allocations`: those the page reserve's thread made.
+    pub background_allocations: u64,
+    /// Chunks that maps took from the page reserve.
+    pub reserve_taken: u64,
+    /// Of `reserve_taken`: chunks a map had to wait for (their allocation was under way).
+    pub reserve_waits: u64,
     /// Of `driver_time_s`: `vkQueueBindSparse` calls (and their fence waits where binds are
     /// not ordered on the GPU).
     pub bind_time_s: f64,
@@ -330,6 +339,10 @@ pub fn replay_on_gpu(
         heap_usage_peak_bytes: heap.and_then(|watch| watch.peak),
         driver_time_s: usage.driver_time.as_secs_f64(),
         allocation_time_s: usage.allocation_time.as_secs_f64(),
+        background_allocation_time_s: usage.background_allocation_time.as_secs_f64(),
+        background_allocations: usage.background_allocations,
+        reserve_taken: usage.reserve_taken,
+        reserve_waits: usage.reserve_waits,
         bind_time_s: usage.bind_time.as_secs_f64(),
         unmap_wait_s: usage.unmap_wait_time.as_secs_f64(),
         device_allocations: usage.allocations,
