@@ -11,12 +11,15 @@
 # RESERVE_CONF: the configuration that turns the page reserve off (empty: not measured).
 #
 # Run with carry [".gl", ".dev"]. SCALE (default 1) and ADAPTER (default nvidia) for a dry run.
+# PART=replay runs the replays and the engine alone; PART=rest PyTorch and issue 22 (two calls
+# of under ten minutes each); unset, both.
 set -uo pipefail
 SCALE=${SCALE:-1}
 ADAPTER=${ADAPTER:-nvidia}
 RESERVE_OFF=${RESERVE_OFF:-}
 [ -n "${NO_DEBS:-}" ] || { for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; }
-exec > >(tee "$OUT/log.txt") 2>&1
+PART=${PART:-all}
+exec > >(tee "$OUT/log-$PART.txt") 2>&1
 export WGPU_BACKEND=vulkan
 if ! .dev/wgpool info --adapter "$ADAPTER" > /dev/null 2>&1; then
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -31,6 +34,7 @@ python3 tools/synth_traces.py /tmp/traces resnet50-amp bert-base-varlen kv-decod
 TRACES="gpt2-train resnet50-amp bert-base-varlen kv-decode-cat"
 paths=$(for t in $TRACES; do printf '/tmp/traces/%s.csv ' "$t"; done)
 
+if [ "$PART" != rest ]; then
 echo "== replay --gpu, before (prev) and after (now), both modes: 5 runs, cache released (cold) or kept (hot)"
 : > "$OUT/replay.jsonl"
 for round in 1 2; do
@@ -58,6 +62,8 @@ done
 
 echo "== the engine alone on the host CPU: default / policy:pytorch, before and after"
 python3 tools/engine_cost.py --base .dev/wgpool-prev --rounds 3 .dev/wgpool $paths | tee "$OUT/engine-cost.md"
+fi
+[ "$PART" = replay ] && { date -u; exit 0; }
 
 echo "== PyTorch's caching allocator from C++ (raw_alloc / raw_delete), first run and the rest"
 : > "$OUT/torch.jsonl"
