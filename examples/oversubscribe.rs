@@ -7,11 +7,15 @@
 //!   layer is recorded;
 //! - every layer's bind group is built once, before the first pass, and recorded again on
 //!   every pass: eviction keeps the weights' addresses, so the bind groups stay valid;
+//! - the weight matrices are declared read-only once written (`Pool::set_read_only`): the
+//!   pool keeps the host copy a matrix is restored from, so after its first eviction a
+//!   matrix only moves in, never out (`--writable-weights` leaves them writable, to compare);
 //! - the output of the last pass is compared with the same computation on the CPU.
 //!
 //! ```text
 //! cargo run --release --example oversubscribe -- [--layers N] [--width N] [--batch N]
-//!     [--passes N] [--budget-mb N] [--json] [--plot FILE] [--snapshot FILE]
+//!     [--passes N] [--budget-mb N] [--writable-weights] [--json] [--plot FILE]
+//!     [--snapshot FILE]
 //! ```
 //!
 //! With `--json` it prints one object (see the README's "Residency"). `--plot` draws the
@@ -71,6 +75,7 @@ struct Args {
     batch: usize,
     passes: usize,
     budget: Option<u64>,
+    writable_weights: bool,
     json: bool,
     plot: Option<PathBuf>,
     snapshot: Option<PathBuf>,
@@ -83,6 +88,7 @@ fn parse_args() -> Result<Args, String> {
         batch: 16,
         passes: 2,
         budget: None,
+        writable_weights: false,
         json: false,
         plot: None,
         snapshot: None,
@@ -106,6 +112,7 @@ fn parse_args() -> Result<Args, String> {
             "--passes" => args.passes = number("--passes")? as usize,
             "--budget-mb" => args.budget = Some(number("--budget-mb")? << 20),
             "--json" => args.json = true,
+            "--writable-weights" => args.writable_weights = true,
             "--plot" | "--snapshot" => {
                 let path = words
                     .next()
@@ -120,7 +127,7 @@ fn parse_args() -> Result<Args, String> {
             other => {
                 return Err(format!(
                     "unknown argument {other:?}; expected --layers, --width, --batch, --passes, \
-                     --budget-mb, --json, --plot FILE or --snapshot FILE"
+                     --budget-mb, --writable-weights, --json, --plot FILE or --snapshot FILE"
                 ));
             }
         }
@@ -231,6 +238,10 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
         // Writing a matrix makes it resident, evicting older ones once the budget is full.
         let w_block = weights.alloc_labeled(matrix_bytes, &format!("layer {index} weights"))?;
         weights.write(&w_block, bytemuck::cast_slice(&w))?;
+        if !args.writable_weights {
+            // Nothing writes the matrix from now on: evicting it again needs no copy.
+            weights.set_read_only(&w_block, true)?;
+        }
         let bias_block = weights.alloc((width * 4) as u64)?;
         weights.write(&bias_block, bytemuck::cast_slice(&bias))?;
         let dims_block = weights.alloc(16)?;
@@ -367,6 +378,9 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
             "evicted_bytes": stats.evicted_bytes_total,
             "restores": stats.restores,
             "restored_bytes": stats.restored_bytes_total,
+            "read_only_weights": !args.writable_weights,
+            "copied_out_bytes": stats.copied_out_bytes_total,
+            "copied_in_bytes": stats.copied_in_bytes_total,
             "move_seconds": stats.move_time.as_secs_f64(),
             "max_memory_reserved": weights.max_memory_reserved(),
             "seconds": seconds,
@@ -382,11 +396,12 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
             stats.budget_bytes as f64 / (1 << 20) as f64,
         );
         println!(
-            "{} passes in {seconds:.2} s: {} evictions ({:.1} MiB), {} restores ({:.1} MiB); \
-             peak reserved {:.1} MiB",
+            "{} passes in {seconds:.2} s: {} evictions ({:.1} MiB, {:.1} MiB copied out), {} \
+             restores ({:.1} MiB); peak reserved {:.1} MiB",
             args.passes,
             stats.evictions,
             stats.evicted_bytes_total as f64 / (1 << 20) as f64,
+            stats.copied_out_bytes_total as f64 / (1 << 20) as f64,
             stats.restores,
             stats.restored_bytes_total as f64 / (1 << 20) as f64,
             weights.max_memory_reserved() as f64 / (1 << 20) as f64,

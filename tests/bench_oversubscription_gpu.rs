@@ -33,6 +33,7 @@ fn every_strategy_the_device_offers_runs_and_keeps_the_data() {
     let mut skipped = Vec::new();
     for (strategy, support) in [
         (Strategy::Residency, &caps.page_mapping),
+        (Strategy::ResidencyDeclared, &caps.page_mapping),
         (Strategy::OverflowHost, &caps.host_overflow),
     ] {
         if support.is_available() {
@@ -77,6 +78,21 @@ fn every_strategy_the_device_offers_runs_and_keeps_the_data() {
                         row.to_device_gbps > 0.0 && row.to_host_gbps > 0.0,
                         "{row:?}"
                     );
+                }
+                // Sources are read-only (their kept copies are current) and outputs are
+                // discarded before they are written: a pass copies each source in and each
+                // output out, half the working set each way.
+                Strategy::ResidencyDeclared => {
+                    // One timed pass: the rates times its seconds are its bytes.
+                    let moved = |gbps: f64| gbps * 1e9 * row.pass_seconds;
+                    let half = row.working_set_bytes as f64 / 2.0;
+                    for (way, gbps) in [("in", row.to_device_gbps), ("out", row.to_host_gbps)] {
+                        let bytes = moved(gbps);
+                        assert!(
+                            bytes > 0.0 && bytes <= half * 1.001,
+                            "{way}: {bytes} bytes moved, half the set is {half}: {row:?}"
+                        );
+                    }
                 }
                 // Blocks past the cap are used in host memory, never moved.
                 _ => assert_eq!(row.to_device_gbps + row.to_host_gbps, 0.0, "{row:?}"),

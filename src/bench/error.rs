@@ -6,7 +6,7 @@ use crate::engine::AllocError;
 use crate::gpu::scope::CaughtError;
 use crate::gpu::transfer::TransferError;
 use crate::kernels::KernelError;
-use crate::pool::{MoveError, PoolError};
+use crate::pool::{MoveError, PoolError, ResidencyError};
 
 /// A failed benchmark. A wrong kernel result is [`BenchError::Verification`]; nothing is
 /// timed after it.
@@ -63,6 +63,9 @@ pub enum BenchError {
     /// Moving a pool block between device and host memory failed.
     #[error(transparent)]
     Move(#[from] MoveError),
+    /// Declaring a block read-only or discarded was refused.
+    #[error("residency: {0}")]
+    Residency(#[from] ResidencyError),
     /// Measuring `Pool::offload` and `Pool::prefetch` of one block failed.
     #[error("offload/prefetch: {0}")]
     ResidencyMoves(#[from] ResidencyMovesError),

@@ -3,7 +3,12 @@
 //!
 //! - **residency**: a pool in pages mode with [`ResidencyOptions`] under the budget; it evicts
 //!   the least recently used blocks to host memory and restores them on use, at the same
-//!   buffer and offset;
+//!   buffer and offset. Nothing is declared, so every eviction copies out and every restore
+//!   copies in;
+//! - **residency_declared**: the same pool, the application declaring what it knows: the
+//!   blocks that are only read are read-only ([`Pool::set_read_only`]: evicted again without
+//!   a copy) and each step discards the block it overwrites ([`Pool::discard`]: restored
+//!   without a copy);
 //! - **overflow_host**: `overflow:host` with the pool capped at the budget; blocks past the
 //!   cap live in host memory for good and kernels read and write them there (zero-copy);
 //! - **offload_prefetch**: a pool without residency, the application moving blocks by hand
@@ -95,6 +100,8 @@ impl OversubscriptionConfig {
 pub enum Strategy {
     /// The pool's residency: evict least recently used blocks, restore on use.
     Residency,
+    /// Residency with read-only sources and discarded outputs declared.
+    ResidencyDeclared,
     /// `overflow:host`: blocks past the cap stay in host memory, used in place.
     OverflowHost,
     /// `Pool::offload` and `Pool::prefetch` by hand, oldest block first.
@@ -108,6 +115,7 @@ impl Strategy {
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Residency => "residency",
+            Strategy::ResidencyDeclared => "residency_declared",
             Strategy::OverflowHost => "overflow_host",
             Strategy::OffloadPrefetch => "offload_prefetch",
             Strategy::InBudget => "in_budget",
@@ -229,7 +237,7 @@ impl Blocks {
     ) -> Result<Blocks, BenchError> {
         let budget_mb = config.budget_bytes.div_ceil(1 << 20);
         let (conf, options) = match strategy {
-            Strategy::Residency => (
+            Strategy::Residency | Strategy::ResidencyDeclared => (
                 "expandable_segments:True".to_string(),
                 PoolOptions::default().with_residency(
                     ResidencyOptions::new().with_device_budget(config.budget_bytes),
@@ -276,6 +284,10 @@ impl Blocks {
             set.pool.mark_submitted();
             set.filled.push(kernels.checksum(block.operand())?);
             set.pool.mark_submitted();
+            if strategy == Strategy::ResidencyDeclared && index % 2 == 0 {
+                // Even blocks are the steps' sources: only read from now on.
+                set.pool.set_read_only(block, true)?;
+            }
         }
         Ok(set)
     }
@@ -315,6 +327,10 @@ impl Blocks {
     /// One step: `dst = src` by the copy kernel, then a submission point.
     fn step(&mut self, kernels: &Kernels, src: usize, dst: usize) -> Result<(), BenchError> {
         self.before_use(&[src, dst])?;
+        if self.strategy == Strategy::ResidencyDeclared {
+            // The copy overwrites every byte of `dst`.
+            self.pool.discard(&self.blocks[dst])?;
+        }
         kernels.run(&KernelCall::move_bytes(
             self.blocks[src].operand(),
             self.blocks[dst].operand(),
@@ -343,8 +359,8 @@ impl Blocks {
     fn moved(&self) -> Moved {
         if let Some(stats) = self.pool.residency_stats() {
             return Moved {
-                to_device: stats.restored_bytes_total,
-                to_host: stats.evicted_bytes_total,
+                to_device: stats.copied_in_bytes_total,
+                to_host: stats.copied_out_bytes_total,
             };
         }
         self.hand_moved
@@ -482,11 +498,12 @@ pub fn measure(
     let mut strategies = Vec::new();
     for strategy in [
         Strategy::Residency,
+        Strategy::ResidencyDeclared,
         Strategy::OverflowHost,
         Strategy::OffloadPrefetch,
     ] {
         let support = match strategy {
-            Strategy::Residency => &capabilities.page_mapping,
+            Strategy::Residency | Strategy::ResidencyDeclared => &capabilities.page_mapping,
             Strategy::OverflowHost => &capabilities.host_overflow,
             _ => {
                 strategies.push(strategy);

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use super::block::BlockParts;
 use super::error::ResidencyError;
 use super::pool_shared::PoolState;
-use super::residents::RoomError;
+use super::residents::{HostBlockError, RoomError};
 use super::{Block, Pool, Residency};
 use crate::config::Overflow;
 use crate::engine::{AllocError, OomCause, OutOfMemory, RoomShortfall, SegmentSource, SourceError};
@@ -200,35 +200,30 @@ impl Pool {
         size: u64,
         mut oom: Box<OutOfMemory>,
     ) -> Result<Box<BlockParts>, AllocError> {
-        let host = match self.shared.host_tier(state) {
-            Ok(host) => host,
-            Err(error) => {
+        match self.shared.host_block(state, size) {
+            Ok(parts) => {
+                record_overflow(state);
+                Ok(Box::new(parts))
+            }
+            Err(HostBlockError::Tier(error)) => {
                 oom.cause = OomCause::Device(SourceError::out_of_memory(format!(
                     "{}; host overflow unavailable: {error}",
                     oom.cause
                 )));
-                return Err(AllocError::OutOfMemory(oom));
+                Err(AllocError::OutOfMemory(oom))
             }
-        };
-        match host.engine.allocate(size, 0, &mut host.segments) {
-            Ok(allocation) => {
-                let buffer = host.segments.buffer(allocation.segment).clone();
-                record_overflow(state);
-                Ok(Box::new(BlockParts::new(
-                    allocation,
-                    buffer,
-                    Residency::Host,
-                )))
-            }
-            Err(AllocError::OutOfMemory(host_oom)) => {
-                oom.host_overflow = Some(host.engine.memory_stats().allocated_bytes.all.current);
+            Err(HostBlockError::Alloc(AllocError::OutOfMemory(host_oom))) => {
+                oom.host_overflow = state
+                    .host
+                    .as_ref()
+                    .map(|h| h.engine.memory_stats().allocated_bytes.all.current);
                 oom.cause = OomCause::Device(SourceError::out_of_memory(format!(
                     "host memory refused the overflow too: {}",
                     host_oom.cause
                 )));
                 Err(AllocError::OutOfMemory(oom))
             }
-            Err(error) => Err(error),
+            Err(HostBlockError::Alloc(error)) => Err(error),
         }
     }
 }

@@ -270,6 +270,12 @@ pub enum ResidencyError {
          (submit them through Pool::submit, or call Pool::mark_submitted)"
     )]
     InUse,
+    /// The block is declared read-only ([`Pool::set_read_only`](super::Pool::set_read_only)).
+    #[error(
+        "the block is declared read-only (Pool::set_read_only), so the pool does not write it; \
+         take the declaration back first"
+    )]
+    ReadOnly,
     /// The device budget has no room, even after evicting every block that may go.
     #[error("the device budget of {} has no room: {shortfall}", bytes(*budget))]
     NoRoom {

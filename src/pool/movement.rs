@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use super::block::{BlockParts, TRANSFERRED};
 use super::error::{MoveError, ReadWriteError};
 use super::pool_shared::{PoolShared, free_to_engine};
+use super::residents::HostBlockError;
 use super::{Block, Pool, Residency};
 use crate::engine::AllocError;
 use crate::gpu::scope::catch;
@@ -24,13 +25,11 @@ impl Pool {
         }
         let busy = self.busy(&[&*block])?;
         let mut state = self.shared.lock_flushed();
-        let host = self
-            .shared
-            .host_tier(&mut state)
-            .map_err(MoveError::HostTier)?;
-        let allocation = host.engine.allocate(block.size(), 0, &mut host.segments)?;
-        let buffer = host.segments.buffer(allocation.segment).clone();
-        let mut target = BlockParts::new(allocation, buffer, Residency::Host);
+        let mut target = match self.shared.host_block(&mut state, block.size()) {
+            Ok(target) => target,
+            Err(HostBlockError::Tier(error)) => return Err(MoveError::HostTier(error)),
+            Err(HostBlockError::Alloc(error)) => return Err(error.into()),
+        };
         if let Err(error) = self.dma(block.parts(), &target) {
             free_to_engine(&mut state, target);
             return Err(error);

@@ -1,7 +1,7 @@
 //! `Pool::write` and `Pool::read`: simple, blocking transfers of one block (the staging pool
 //! is the fast path).
 
-use super::error::ReadWriteError;
+use super::error::{ReadWriteError, ResidencyError};
 use super::{Block, Pool};
 use crate::gpu::scope::catch;
 use crate::gpu::transfer::{TransferError, map_read_into, read_region, write_region};
@@ -23,7 +23,8 @@ impl Pool {
     /// [`ReadWriteError::MissingUsage`] when the pool lacks `COPY_DST` (or `COPY_SRC`, which
     /// a short write of a length not a multiple of 4 needs), and
     /// [`ReadWriteError::Transfer`] when wgpu refuses the copy, and in a pool with residency
-    /// [`ReadWriteError::Residency`] when an evicted block cannot be brought back.
+    /// [`ReadWriteError::Residency`] when an evicted block cannot be brought back or the
+    /// block is declared read-only ([`ResidencyError::ReadOnly`]).
     pub fn write(&self, block: &Block, data: &[u8]) -> Result<(), ReadWriteError> {
         if !self.owns(block) {
             return Err(ReadWriteError::ForeignBlock);
@@ -34,6 +35,9 @@ impl Pool {
                 len,
                 size: block.size(),
             });
+        }
+        if self.is_read_only(block) {
+            return Err(ResidencyError::ReadOnly.into());
         }
         let _busy = self.busy(&[block])?;
         let (buffer, offset) = block.place();

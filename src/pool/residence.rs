@@ -49,6 +49,14 @@ pub(crate) struct Residence {
     /// Set once the block was evicted: the pool's copies reached its bytes, so freeing it
     /// counts as freeing transferred bytes.
     pub moved: AtomicBool,
+    /// Declared read-only by the application ([`Pool::set_read_only`](super::Pool::set_read_only)):
+    /// the host copy a restore read from stays current, so it is kept, and evicting the
+    /// block again copies nothing. Changed only under the pool's lock.
+    pub read_only: AtomicBool,
+    /// Its contents were discarded ([`Pool::discard`](super::Pool::discard)) and it has not
+    /// been used since: an eviction copies nothing out. Set under the pool's lock; cleared
+    /// by the next use.
+    pub discarded: AtomicBool,
 }
 
 impl Residence {
@@ -64,6 +72,8 @@ impl Residence {
             busy: AtomicU32::new(0),
             evicting: AtomicBool::new(false),
             moved: AtomicBool::new(false),
+            read_only: AtomicBool::new(false),
+            discarded: AtomicBool::new(false),
         }
     }
 
@@ -83,6 +93,20 @@ impl Residence {
     #[inline]
     pub fn evicting(&self) -> bool {
         self.evicting.load(Ordering::SeqCst)
+    }
+
+    /// Notes a use: the block's contents matter again, so a discard no longer applies.
+    #[inline]
+    pub fn clear_discard(&self) {
+        if self.discarded.load(Ordering::Relaxed) {
+            self.discarded.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether the block is read-only (see [`read_only`](Residence::read_only)).
+    #[inline]
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::SeqCst)
     }
 
     /// Whether a pin or one of the pool's transfers holds the block on the device. Read by

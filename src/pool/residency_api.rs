@@ -36,14 +36,25 @@ pub struct ResidencyStats {
     pub evicted_bytes: u64,
     /// Tracked blocks pinned now.
     pub pinned_blocks: u64,
+    /// Tracked blocks declared read-only now ([`Pool::set_read_only`]).
+    pub read_only_blocks: u64,
+    /// Host bytes held by copies kept for read-only blocks on the device: evicting those
+    /// again copies nothing. The host limit drops them first when it needs room.
+    pub kept_copy_bytes: u64,
     /// Evictions since creation (or the last reset of accumulated statistics).
     pub evictions: u64,
-    /// Bytes those evictions moved to host memory.
+    /// Device bytes those evictions gave back.
     pub evicted_bytes_total: u64,
+    /// Bytes those evictions copied to host memory: less than `evicted_bytes_total` by the
+    /// evictions of read-only blocks with a kept copy and of discarded blocks.
+    pub copied_out_bytes_total: u64,
     /// Restores since creation (or the last reset).
     pub restores: u64,
-    /// Bytes those restores moved back.
+    /// Device bytes those restores mapped again.
     pub restored_bytes_total: u64,
+    /// Bytes those restores copied back: less than `restored_bytes_total` by the restores
+    /// of discarded blocks.
+    pub copied_in_bytes_total: u64,
     /// CPU time spent evicting and restoring: allocating host copies, submitting copies,
     /// binding pages (the copies run on the GPU, overlapping other work).
     #[serde(serialize_with = "seconds")]
@@ -149,6 +160,61 @@ impl Pool {
         Ok(())
     }
 
+    /// Declares `block` read-only (`true`) or writable again (`false`). A read-only block
+    /// keeps the host copy it is restored from, so evicting it again unmaps its pages and
+    /// copies nothing: for weights and other inputs that are written once and read many
+    /// times, a stream over more than the device budget then moves each block in once per
+    /// use instead of in and out. The kept copies count against the host limit; when it
+    /// needs room they are dropped, most recently used block first.
+    ///
+    /// Guarantees: [`Pool::write`] refuses a read-only block with
+    /// [`ResidencyError::ReadOnly`]. The pool cannot see what GPU work does with a binding:
+    /// **a read-only block must not be written by commands** (shaders, copies, clears)
+    /// until the declaration is taken back, or the write may be lost at its next eviction,
+    /// which then restores the bytes it was last restored from. Taking the declaration back
+    /// drops the kept copy.
+    ///
+    /// # Errors
+    ///
+    /// As for [`pin`](Pool::pin), apart from the restore: [`ResidencyError::ForeignBlock`],
+    /// [`ResidencyError::Disabled`], [`ResidencyError::NotTracked`].
+    pub fn set_read_only(&self, block: &Block, read_only: bool) -> Result<(), ResidencyError> {
+        let residence = self.residence_of(block)?;
+        let mut state = self.shared.lock();
+        self.shared
+            .set_read_only(&mut state, residence.id, read_only);
+        Ok(())
+    }
+
+    /// Whether `block` is declared read-only ([`set_read_only`](Pool::set_read_only)).
+    pub fn is_read_only(&self, block: &Block) -> bool {
+        self.owns(block)
+            && block
+                .parts()
+                .residence
+                .as_ref()
+                .is_some_and(|r| r.is_read_only())
+    }
+
+    /// Declares that `block`'s contents are not needed before its next use: the next step
+    /// overwrites every byte it reads later. An evicted block then comes back without a
+    /// copy (its bytes are undefined until written) and its host copy is freed now; a block
+    /// on the device is evicted, if it is before its next use, without copying anything
+    /// out. Any use (a binding, an operand, [`make_resident`](Pool::make_resident),
+    /// [`Pool::read`], [`Pool::write`]) ends the declaration. This is D3D12's
+    /// `DiscardResource` for a pool block: a stream that writes whole blocks declares it
+    /// for its outputs, which then never move in.
+    ///
+    /// # Errors
+    ///
+    /// As for [`set_read_only`](Pool::set_read_only).
+    pub fn discard(&self, block: &Block) -> Result<(), ResidencyError> {
+        let residence = self.residence_of(block)?;
+        let mut state = self.shared.lock();
+        self.shared.discard(&mut state, residence.id);
+        Ok(())
+    }
+
     /// Whether `block` is on the device: `false` only for an evicted block of a pool with
     /// residency.
     pub fn is_resident(&self, block: &Block) -> bool {
@@ -225,6 +291,7 @@ impl Pool {
         let now = self.shared.use_clock.tick();
         for residence in &busy.residences {
             residence.touch(now);
+            residence.clear_discard();
         }
         Ok(busy)
     }
@@ -236,10 +303,13 @@ impl PoolShared {
     #[inline]
     pub(crate) fn use_tracked(&self, residence: &Residence) -> Result<(), ResidencyError> {
         residence.touch(self.use_clock.tick());
-        if residence.evicting() {
-            return self.restore_for_use(residence.id);
-        }
-        Ok(())
+        let restored = if residence.evicting() {
+            self.restore_for_use(residence.id)
+        } else {
+            Ok(())
+        };
+        residence.clear_discard();
+        restored
     }
 
     #[cold]

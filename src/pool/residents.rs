@@ -8,6 +8,14 @@
 //! offsets, copies the contents back, and frees the host block. The block keeps its buffer
 //! and offset throughout: bind groups that name it stay valid.
 //!
+//! Two declarations of the application's save copies:
+//! - a **read-only** block keeps its host copy when it is restored (the copy stays current,
+//!   since nothing writes the block), so evicting it again only unmaps. Kept copies are a
+//!   cache: when the host limit refuses a block, they are dropped, most recently used block
+//!   first, before the refusal stands;
+//! - a **discarded** block's contents are not needed before its next use: an evicted one is
+//!   restored without a copy, one on the device is evicted without one.
+//!
 //! Everything here runs under the pool's lock; see [`Residence`] for how uses that do not
 //! take it meet an eviction.
 
@@ -38,16 +46,21 @@ pub(crate) struct Residents {
 
 struct Entry {
     residence: Arc<Residence>,
-    /// The host copy of an evicted block.
+    /// The host copy of the block's contents: an evicted block's (none when it was
+    /// discarded), or, for a read-only block on the device, the copy it was restored from.
     host: Option<BlockParts>,
+    /// Whether the block's pages are unmapped.
+    evicted: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Counters {
     evictions: u64,
     evicted_total: u64,
+    copied_out_total: u64,
     restores: u64,
     restored_total: u64,
+    copied_in_total: u64,
     move_time: Duration,
 }
 
@@ -79,6 +92,7 @@ impl Residents {
             Entry {
                 residence: residence.clone(),
                 host: None,
+                evicted: false,
             },
         );
         parts.residence = Some(residence);
@@ -98,18 +112,26 @@ impl Residents {
             tracked_blocks: self.entries.len() as u64,
             evictions: self.counters.evictions,
             evicted_bytes_total: self.counters.evicted_total,
+            copied_out_bytes_total: self.counters.copied_out_total,
             restores: self.counters.restores,
             restored_bytes_total: self.counters.restored_total,
+            copied_in_bytes_total: self.counters.copied_in_total,
             move_time: self.counters.move_time,
             ..ResidencyStats::default()
         };
         for entry in self.entries.values() {
             let bytes = entry.residence.bytes();
-            if entry.host.is_some() {
+            if entry.evicted {
                 stats.evicted_blocks += 1;
                 stats.evicted_bytes += bytes;
             } else {
                 stats.resident_bytes += bytes;
+                if entry.host.is_some() {
+                    stats.kept_copy_bytes += bytes;
+                }
+            }
+            if entry.residence.is_read_only() {
+                stats.read_only_blocks += 1;
             }
             if entry.residence.pins.load(Ordering::Relaxed) > 0 {
                 stats.pinned_blocks += 1;
@@ -144,7 +166,7 @@ impl PoolShared {
         let mut ids = Vec::with_capacity(residents.entries.len());
         let mut candidates = Vec::with_capacity(residents.entries.len());
         for (id, entry) in &residents.entries {
-            if entry.host.is_some() {
+            if entry.evicted {
                 continue;
             }
             let residence = &entry.residence;
@@ -204,10 +226,11 @@ impl PoolShared {
         let Some(entry) = state.residents.as_ref().and_then(|r| r.entries.get(&id)) else {
             return Ok(0);
         };
-        if entry.host.is_some() {
+        if entry.evicted {
             return Ok(0);
         }
         let residence = entry.residence.clone();
+        let kept = entry.host.is_some();
         residence.evicting.store(true, Ordering::SeqCst);
         if residence.held()
             || residence
@@ -217,12 +240,18 @@ impl PoolShared {
             residence.evicting.store(false, Ordering::SeqCst);
             return Ok(0);
         }
-        let host = match self.host_copy_of(state, &residence) {
-            Ok(host) => host,
-            Err(error) => {
-                residence.evicting.store(false, Ordering::SeqCst);
-                return Err(error);
+        // A kept copy is current (the block is read-only); a discarded block needs none.
+        let copy_out = !kept && !residence.discarded.load(Ordering::SeqCst);
+        let host = if copy_out {
+            match self.host_copy_of(state, &residence) {
+                Ok(host) => Some(host),
+                Err(error) => {
+                    residence.evicting.store(false, Ordering::SeqCst);
+                    return Err(error);
+                }
             }
+        } else {
+            None
         };
         // The copy is submitted: the unbind below waits, on the GPU, for everything
         // submitted so far. Ticking the work clock makes it signal anew.
@@ -233,7 +262,9 @@ impl PoolShared {
         let bytes = match evicted {
             Ok(bytes) => bytes,
             Err(error) => {
-                free_host(state, host);
+                if let Some(host) = host {
+                    free_host(state, host);
+                }
                 residence.evicting.store(false, Ordering::SeqCst);
                 return Err(ResidencyError::Pages(error));
             }
@@ -241,7 +272,11 @@ impl PoolShared {
         residence.moved.store(true, Ordering::Relaxed);
         let residents = state.residents.as_mut().expect("checked above");
         let entry = residents.entries.get_mut(&id).expect("checked above");
-        entry.host = Some(host);
+        if host.is_some() {
+            entry.host = host;
+            residents.counters.copied_out_total += residence.bytes();
+        }
+        entry.evicted = true;
         residents.counters.evictions += 1;
         residents.counters.evicted_total += bytes;
         residents.counters.move_time += start.elapsed();
@@ -255,19 +290,17 @@ impl PoolShared {
         residence: &Residence,
     ) -> Result<BlockParts, ResidencyError> {
         let bytes = residence.bytes();
-        let host = self.host_tier(state).map_err(ResidencyError::HostTier)?;
-        let allocation = match host.engine.allocate(bytes, 0, &mut host.segments) {
-            Ok(allocation) => allocation,
-            Err(AllocError::OutOfMemory(oom)) => {
+        let copy = match self.host_block(state, bytes) {
+            Ok(copy) => copy,
+            Err(HostBlockError::Tier(error)) => return Err(ResidencyError::HostTier(error)),
+            Err(HostBlockError::Alloc(AllocError::OutOfMemory(oom))) => {
                 return Err(ResidencyError::HostLimit {
                     needed: bytes,
                     limit: oom.cap,
                 });
             }
-            Err(error) => return Err(ResidencyError::HostAlloc(error)),
+            Err(HostBlockError::Alloc(error)) => return Err(ResidencyError::HostAlloc(error)),
         };
-        let buffer = host.segments.buffer(allocation.segment).clone();
-        let copy = BlockParts::new(allocation, buffer, Residency::Host);
         let copied = self.copy(
             &residence.buffer,
             residence.run.start,
@@ -295,7 +328,7 @@ impl PoolShared {
         let Some(entry) = state.residents.as_ref().and_then(|r| r.entries.get(&id)) else {
             return Ok(0);
         };
-        if entry.host.is_none() {
+        if !entry.evicted {
             return Ok(0);
         }
         let residence = entry.residence.clone();
@@ -342,26 +375,44 @@ impl PoolShared {
         }
         let residents = state.residents.as_mut().expect("checked above");
         let entry = residents.entries.get_mut(&id).expect("checked above");
-        let host = entry.host.take().expect("checked above");
         let bytes = residence.bytes();
-        if let Err(error) = self.copy(
-            &host.buffer,
-            host.offset,
-            &residence.buffer,
-            residence.run.start,
-            bytes,
-        ) {
-            // Unmap the fresh pages again: the block stays evicted, its copy kept.
-            let _ = state.engine.evict(id, &mut state.memory);
-            let residents = state.residents.as_mut().expect("checked above");
-            residents.entries.get_mut(&id).expect("checked above").host = Some(host);
-            return Err(error);
-        }
-        free_host(state, host);
+        // A discarded block has no copy: its fresh pages hold whatever they held.
+        let copied_in = match entry.host.take() {
+            Some(host) => {
+                if let Err(error) = self.copy(
+                    &host.buffer,
+                    host.offset,
+                    &residence.buffer,
+                    residence.run.start,
+                    bytes,
+                ) {
+                    // Unmap the fresh pages again: the block stays evicted, its copy kept.
+                    let _ = state.engine.evict(id, &mut state.memory);
+                    let residents = state.residents.as_mut().expect("checked above");
+                    residents.entries.get_mut(&id).expect("checked above").host = Some(host);
+                    return Err(error);
+                }
+                if residence.is_read_only() {
+                    // Still the block's contents: the next eviction needs no copy.
+                    let residents = state.residents.as_mut().expect("checked above");
+                    residents.entries.get_mut(&id).expect("checked above").host = Some(host);
+                } else {
+                    free_host(state, host);
+                }
+                bytes
+            }
+            None => 0,
+        };
         residence.evicting.store(false, Ordering::SeqCst);
         let residents = state.residents.as_mut().expect("checked above");
+        residents
+            .entries
+            .get_mut(&id)
+            .expect("checked above")
+            .evicted = false;
         residents.counters.restores += 1;
         residents.counters.restored_total += bytes;
+        residents.counters.copied_in_total += copied_in;
         let nested = residents.counters.move_time.saturating_sub(moved_before);
         residents.counters.move_time += start.elapsed().saturating_sub(nested);
         Ok(bytes)
@@ -386,6 +437,109 @@ impl PoolShared {
         })
         .map_err(ResidencyError::Copy)
     }
+}
+
+/// Why a host block could not be had.
+pub(crate) enum HostBlockError {
+    /// The host tier could not be set up.
+    Tier(crate::pool::PoolError),
+    /// Its engine refused, after kept copies were dropped.
+    Alloc(AllocError),
+}
+
+impl PoolShared {
+    /// A host block of `bytes` from the host tier. When the host limit refuses it, the
+    /// copies kept for read-only blocks on the device are dropped (they are only a cache)
+    /// and the request is tried once more.
+    pub(crate) fn host_block(
+        &self,
+        state: &mut PoolState,
+        bytes: u64,
+    ) -> Result<BlockParts, HostBlockError> {
+        let mut dropped = false;
+        loop {
+            let host = self.host_tier(state).map_err(HostBlockError::Tier)?;
+            match host.engine.allocate(bytes, 0, &mut host.segments) {
+                Ok(allocation) => {
+                    let buffer = host.segments.buffer(allocation.segment).clone();
+                    return Ok(BlockParts::new(allocation, buffer, Residency::Host));
+                }
+                Err(AllocError::OutOfMemory(oom)) if !dropped => {
+                    dropped = true;
+                    if drop_kept_copies(state, bytes) == 0 {
+                        return Err(HostBlockError::Alloc(AllocError::OutOfMemory(oom)));
+                    }
+                }
+                Err(error) => return Err(HostBlockError::Alloc(error)),
+            }
+        }
+    }
+
+    /// Declares tracked block `id` read-only or not (see the module documentation). Taking
+    /// the declaration back drops a kept copy: the block may be written from now on.
+    pub(crate) fn set_read_only(&self, state: &mut PoolState, id: BlockId, read_only: bool) {
+        let Some(entry) = state
+            .residents
+            .as_mut()
+            .and_then(|r| r.entries.get_mut(&id))
+        else {
+            return;
+        };
+        entry.residence.read_only.store(read_only, Ordering::SeqCst);
+        if !read_only && !entry.evicted {
+            if let Some(copy) = entry.host.take() {
+                free_host(state, copy);
+            }
+        }
+    }
+
+    /// Discards tracked block `id`'s contents (see the module documentation): an evicted
+    /// block's host copy is freed, a block on the device is marked so that its eviction
+    /// copies nothing.
+    pub(crate) fn discard(&self, state: &mut PoolState, id: BlockId) {
+        let Some(entry) = state
+            .residents
+            .as_mut()
+            .and_then(|r| r.entries.get_mut(&id))
+        else {
+            return;
+        };
+        if !entry.evicted {
+            entry.residence.discarded.store(true, Ordering::SeqCst);
+        }
+        if let Some(copy) = entry.host.take() {
+            free_host(state, copy);
+        }
+    }
+}
+
+/// Drops copies kept for read-only blocks on the device, most recently used block first
+/// (the last to be evicted again), until at least `needed` bytes were freed or none is
+/// left. Returns the bytes freed.
+fn drop_kept_copies(state: &mut PoolState, needed: u64) -> u64 {
+    let Some(residents) = state.residents.as_mut() else {
+        return 0;
+    };
+    let mut kept: Vec<(u64, BlockId)> = residents
+        .entries
+        .iter()
+        .filter(|(_, entry)| !entry.evicted && entry.host.is_some())
+        .map(|(id, entry)| (entry.residence.last_use.load(Ordering::Relaxed), *id))
+        .collect();
+    kept.sort_unstable_by_key(|&(last_use, _)| std::cmp::Reverse(last_use));
+    let mut freed = 0;
+    for (_, id) in kept {
+        if freed >= needed {
+            break;
+        }
+        let residents = state.residents.as_mut().expect("checked above");
+        let entry = residents.entries.get_mut(&id).expect("listed above");
+        if let Some(copy) = entry.host.take() {
+            freed += copy.size;
+            free_host(state, copy);
+        }
+    }
+    freed
 }
 
 /// Frees a host copy to the host tier.
