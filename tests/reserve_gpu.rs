@@ -264,16 +264,16 @@ fn without_a_reserve_nothing_is_allocated_ahead() {
     assert_eq!(memory.device_bytes_peak(), 4 * CHUNK);
 }
 
-/// Through a pool: `page_reserve_chunks` (1 by default) fills the reserve, blocks written
-/// through it read back, `empty_cache` gives every byte back, and `page_reserve_chunks:0`
-/// allocates nothing ahead.
+/// Through a pool: `page_reserve_chunks:1` fills the reserve, blocks written through it
+/// read back, `empty_cache` gives every byte back, and the default (0) allocates nothing
+/// ahead.
 #[test]
-fn pools_reserve_by_default_and_empty_cache_frees_it() {
+fn pools_reserve_when_asked_and_empty_cache_frees_it() {
     let _turn = turn();
     let ctx = gpu();
     let sparse = sparse();
     let before = sparse.live_chunks();
-    for (conf, reserve) in [("", true), ("page_reserve_chunks:0", false)] {
+    for (conf, reserve) in [("page_reserve_chunks:1", true), ("", false)] {
         let config = Config::parse(&format!("expandable_segments:True,{conf}")).unwrap();
         assert_eq!(config.page_reserve_chunks, u32::from(reserve));
         let pool = Pool::with_options(

@@ -201,7 +201,7 @@ impl Default for Config {
             compact_release_budget: 0.25,
             compact_recycle_rate: 0.1,
             compact_page_slack: 0.008,
-            page_reserve_chunks: 1,
+            page_reserve_chunks: 0,
         }
     }
 }

@@ -444,7 +444,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         key: "page_reserve_chunks",
-        default: "1",
+        default: "0",
         allowed: "an integer from 0 to 8",
         meaning: "Pages mode only. After each request that needed new device memory, a \
                   thread of the pool's own allocates memory ahead of demand, so that the next \
@@ -455,7 +455,8 @@ pub const OPTIONS: &[OptionSpec] = &[
                   2 MiB to 256 MiB). Each costs up to 0.8% of the pool's device memory (2 MiB \
                   below 256 MiB). The reserve counts as the pool's device memory and within \
                   its cap, is freed by `empty_cache`, and stops after an allocation of its \
-                  own fails until memory is released. 0 allocates on the requesting thread \
+                  own fails until memory is released. 0 (the default: on an H100 the reserve \
+                  did not pay for itself on replays) allocates on the requesting thread \
                   only.",
         apply: |c, v| {
             let n = parse_u64(v.scalar()?)?;

@@ -180,12 +180,12 @@ fn overflow_parses_and_the_engine_ignores_it() {
 // page_reserve_chunks
 // ---------------------------------------------------------------------------------------
 
-/// `page_reserve_chunks` takes 0 to 8 (1 by default) and round-trips; the engine places
+/// `page_reserve_chunks` takes 0 to 8 (0 by default) and round-trips; the engine places
 /// exactly the same with any value: the reserve lives below it, in the pages-mode memory
 /// (its behaviour on a device is tested in `tests/reserve_gpu.rs`).
 #[test]
 fn page_reserve_chunks_takes_0_to_8_and_the_engine_ignores_it() {
-    assert_eq!(Config::default().page_reserve_chunks, 1);
+    assert_eq!(Config::default().page_reserve_chunks, 0);
     for n in 0..=8u32 {
         let config = Config::parse(&format!("page_reserve_chunks:{n}")).unwrap();
         assert_eq!(config.page_reserve_chunks, n);
