@@ -85,7 +85,10 @@ impl Residence {
     /// Notes a use at tick `now` of the use clock.
     #[inline]
     pub fn touch(&self, now: u64) {
-        self.last_use.fetch_max(now, Ordering::Relaxed);
+        // Sequentially consistent, like the tickets and counts a use publishes before it:
+        // an eviction ahead of need reads the tick before it looks for uses (see
+        // `residents`).
+        self.last_use.fetch_max(now, Ordering::SeqCst);
     }
 
     /// Whether the block is evicted (or an eviction is deciding about it): read after a use
