@@ -79,10 +79,12 @@ fn passes_over_twice_the_budget_keep_the_headroom_free_and_the_data() {
 
 #[test]
 fn a_block_used_after_it_was_chosen_stays_with_what_was_written() {
-    let budget = 4 * BLOCK;
-    let pool = pool_with(budget, 2 * BLOCK);
+    // The pool keeps one block free, and chooses ahead so that one more comes free at the
+    // next point.
+    let budget = 6 * BLOCK;
+    let pool = pool_with(budget, BLOCK);
     let kernels = Kernels::new(pool.device(), pool.queue());
-    let blocks: Vec<Block> = (0..4).map(|_| pool.alloc(BLOCK).unwrap()).collect();
+    let blocks: Vec<Block> = (0..6).map(|_| pool.alloc(BLOCK).unwrap()).collect();
     for (i, block) in blocks.iter().enumerate() {
         fill(&pool, &kernels, block, i as u32);
     }
@@ -90,10 +92,10 @@ fn a_block_used_after_it_was_chosen_stays_with_what_was_written() {
     // is free, and nothing is pending.
     pool.mark_submitted();
     pool.mark_submitted();
-    let resident: Vec<usize> = (0..4).filter(|&i| pool.is_resident(&blocks[i])).collect();
+    let resident: Vec<usize> = (0..6).filter(|&i| pool.is_resident(&blocks[i])).collect();
     assert_eq!(
         resident,
-        vec![2, 3],
+        vec![2, 3, 4, 5],
         "the two least recently used went ahead of need"
     );
     // Block 0 comes back into the headroom; at the point after it, the least recently used
@@ -122,7 +124,7 @@ fn a_block_used_after_it_was_chosen_stays_with_what_was_written() {
     pool.mark_submitted();
     let _ = pool.evict(&blocks[2]);
     assert_pattern(&pool, &blocks[2], 99, "block 2 after an eviction");
-    for (i, seed) in [(0, 50), (1, 1), (3, 3)] {
+    for (i, seed) in [(0, 50), (1, 1), (3, 3), (4, 4), (5, 5)] {
         assert_pattern(&pool, &blocks[i], seed, &format!("block {i}"));
     }
 }

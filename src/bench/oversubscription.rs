@@ -157,6 +157,10 @@ pub struct StreamRow {
     pub to_device_gbps: f64,
     /// Bytes moved to host memory per second likewise (evictions or offloads).
     pub to_host_gbps: f64,
+    /// Residency's evictions during the timed passes (0 for the other strategies).
+    pub evictions: u64,
+    /// Those of them made ahead of need (`residency_ahead`); the others waited for room.
+    pub ahead_evictions: u64,
 }
 
 /// One row of the hot set.
@@ -547,11 +551,13 @@ pub fn measure(
             set.pass(gpu, &kernels, 0..count)?;
         }
         let before = set.moved();
+        let evictions_before = set.pool.residency_stats().unwrap_or_default();
         let mut seconds = Vec::new();
         for _ in 0..config.timed_passes {
             seconds.push(set.pass(gpu, &kernels, 0..count)?);
         }
         let after = set.moved();
+        let evictions_after = set.pool.residency_stats().unwrap_or_default();
         let total: f64 = seconds.iter().sum();
         set.verify(&kernels, 0..count)?;
         let pass_seconds = median(&seconds);
@@ -567,6 +573,8 @@ pub fn measure(
             over_host_to_device: effective_gbps / link.to_device,
             to_device_gbps: (after.to_device - before.to_device) as f64 / total / 1e9,
             to_host_gbps: (after.to_host - before.to_host) as f64 / total / 1e9,
+            evictions: evictions_after.evictions - evictions_before.evictions,
+            ahead_evictions: evictions_after.ahead_evictions - evictions_before.ahead_evictions,
         })
     };
     stream.push(stream_row(Strategy::InBudget, IN_BUDGET_FACTOR)?);

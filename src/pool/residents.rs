@@ -548,9 +548,10 @@ impl PoolShared {
 impl PoolShared {
     /// Evicting ahead of need, at a submission point (see
     /// [`ResidencyOptions::with_headroom`](super::ResidencyOptions::with_headroom)): unmaps
-    /// the blocks copied out at the last point that nothing used since, then, while less
-    /// than the headroom of the budget is free, chooses the least recently used blocks that
-    /// may go and submits their copies. Failures (host memory full, a copy or an unmap
+    /// the blocks copied out at the last point that nothing used since, then chooses the
+    /// least recently used blocks that may go and submits their copies, so that the free
+    /// budget and those blocks make twice the headroom: after the next step has restored up
+    /// to the headroom, the unmaps at the next point free it again. Failures (host memory full, a copy or an unmap
     /// refused) only stop it: the blocks stay on the device and demand evicts as before.
     pub(crate) fn evict_ahead(&self) {
         if !self.evicts_ahead {
@@ -610,10 +611,13 @@ impl PoolShared {
         };
         let mapped = state.engine.memory_stats().reserved_bytes.all.current;
         let free = residents.budget.saturating_sub(mapped);
-        if free >= residents.headroom {
+        // The blocks chosen now are unmapped at the next point, after the restores of the
+        // step between have taken up to the headroom: free now plus what is chosen must
+        // cover the headroom twice for it to be free again then.
+        let needed = (2 * residents.headroom).saturating_sub(free);
+        if needed == 0 {
             return;
         }
-        let needed = residents.headroom - free;
         let open = self.submissions.recordings.open_tickets();
         let mut ids = Vec::new();
         let mut ticks = Vec::new();
