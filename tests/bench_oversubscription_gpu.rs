@@ -34,7 +34,6 @@ fn every_strategy_the_device_offers_runs_and_keeps_the_data() {
     for (strategy, support) in [
         (Strategy::Residency, &caps.page_mapping),
         (Strategy::ResidencyDeclared, &caps.page_mapping),
-        (Strategy::ResidencyAhead, &caps.page_mapping),
         (Strategy::OverflowHost, &caps.host_overflow),
     ] {
         if support.is_available() {
@@ -83,7 +82,7 @@ fn every_strategy_the_device_offers_runs_and_keeps_the_data() {
                 // Sources are read-only (their kept copies are current) and outputs are
                 // discarded before they are written: a pass copies each source in and each
                 // output out, half the working set each way.
-                Strategy::ResidencyDeclared | Strategy::ResidencyAhead => {
+                Strategy::ResidencyDeclared => {
                     // One timed pass: the rates times its seconds are its bytes.
                     let moved = |gbps: f64| gbps * 1e9 * row.pass_seconds;
                     let half = row.working_set_bytes as f64 / 2.0;

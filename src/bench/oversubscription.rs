@@ -9,10 +9,6 @@
 //!   blocks that are only read are read-only ([`Pool::set_read_only`]: evicted again without
 //!   a copy) and each step discards the block it overwrites ([`Pool::discard`]: restored
 //!   without a copy);
-//! - **residency_ahead**: `residency_declared` with a headroom of one step's blocks
-//!   ([`ResidencyOptions::with_headroom`]): evictions are made ahead of need, their copies
-//!   at one submission point and their unmaps at the next, so that a step's restores do not
-//!   wait for binds behind the running work;
 //! - **overflow_host**: `overflow:host` with the pool capped at the budget; blocks past the
 //!   cap live in host memory for good and kernels read and write them there (zero-copy);
 //! - **offload_prefetch**: a pool without residency, the application moving blocks by hand
@@ -106,8 +102,6 @@ pub enum Strategy {
     Residency,
     /// Residency with read-only sources and discarded outputs declared.
     ResidencyDeclared,
-    /// `ResidencyDeclared` evicting ahead of need, with a headroom of two blocks.
-    ResidencyAhead,
     /// `overflow:host`: blocks past the cap stay in host memory, used in place.
     OverflowHost,
     /// `Pool::offload` and `Pool::prefetch` by hand, oldest block first.
@@ -117,17 +111,11 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    /// Whether the strategy declares read-only sources and discarded outputs.
-    fn declares(self) -> bool {
-        matches!(self, Strategy::ResidencyDeclared | Strategy::ResidencyAhead)
-    }
-
     /// The name reports use.
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Residency => "residency",
             Strategy::ResidencyDeclared => "residency_declared",
-            Strategy::ResidencyAhead => "residency_ahead",
             Strategy::OverflowHost => "overflow_host",
             Strategy::OffloadPrefetch => "offload_prefetch",
             Strategy::InBudget => "in_budget",
@@ -157,10 +145,6 @@ pub struct StreamRow {
     pub to_device_gbps: f64,
     /// Bytes moved to host memory per second likewise (evictions or offloads).
     pub to_host_gbps: f64,
-    /// Residency's evictions during the timed passes (0 for the other strategies).
-    pub evictions: u64,
-    /// Those of them made ahead of need (`residency_ahead`); the others waited for room.
-    pub ahead_evictions: u64,
 }
 
 /// One row of the hot set.
@@ -253,16 +237,12 @@ impl Blocks {
     ) -> Result<Blocks, BenchError> {
         let budget_mb = config.budget_bytes.div_ceil(1 << 20);
         let (conf, options) = match strategy {
-            Strategy::Residency | Strategy::ResidencyDeclared | Strategy::ResidencyAhead => {
-                let mut residency = ResidencyOptions::new().with_device_budget(config.budget_bytes);
-                if strategy == Strategy::ResidencyAhead {
-                    residency = residency.with_headroom(2 * config.block_bytes);
-                }
-                (
-                    "expandable_segments:True".to_string(),
-                    PoolOptions::default().with_residency(residency),
-                )
-            }
+            Strategy::Residency | Strategy::ResidencyDeclared => (
+                "expandable_segments:True".to_string(),
+                PoolOptions::default().with_residency(
+                    ResidencyOptions::new().with_device_budget(config.budget_bytes),
+                ),
+            ),
             Strategy::OverflowHost => (
                 format!("overflow:host,memory_limit_mb:{budget_mb}"),
                 PoolOptions::default(),
@@ -304,7 +284,7 @@ impl Blocks {
             set.pool.mark_submitted();
             set.filled.push(kernels.checksum(block.operand())?);
             set.pool.mark_submitted();
-            if strategy.declares() && index % 2 == 0 {
+            if strategy == Strategy::ResidencyDeclared && index % 2 == 0 {
                 // Even blocks are the steps' sources: only read from now on.
                 set.pool.set_read_only(block, true)?;
             }
@@ -347,7 +327,7 @@ impl Blocks {
     /// One step: `dst = src` by the copy kernel, then a submission point.
     fn step(&mut self, kernels: &Kernels, src: usize, dst: usize) -> Result<(), BenchError> {
         self.before_use(&[src, dst])?;
-        if self.strategy.declares() {
+        if self.strategy == Strategy::ResidencyDeclared {
             // The copy overwrites every byte of `dst`.
             self.pool.discard(&self.blocks[dst])?;
         }
@@ -519,14 +499,11 @@ pub fn measure(
     for strategy in [
         Strategy::Residency,
         Strategy::ResidencyDeclared,
-        Strategy::ResidencyAhead,
         Strategy::OverflowHost,
         Strategy::OffloadPrefetch,
     ] {
         let support = match strategy {
-            Strategy::Residency | Strategy::ResidencyDeclared | Strategy::ResidencyAhead => {
-                &capabilities.page_mapping
-            }
+            Strategy::Residency | Strategy::ResidencyDeclared => &capabilities.page_mapping,
             Strategy::OverflowHost => &capabilities.host_overflow,
             _ => {
                 strategies.push(strategy);
@@ -551,13 +528,11 @@ pub fn measure(
             set.pass(gpu, &kernels, 0..count)?;
         }
         let before = set.moved();
-        let evictions_before = set.pool.residency_stats().unwrap_or_default();
         let mut seconds = Vec::new();
         for _ in 0..config.timed_passes {
             seconds.push(set.pass(gpu, &kernels, 0..count)?);
         }
         let after = set.moved();
-        let evictions_after = set.pool.residency_stats().unwrap_or_default();
         let total: f64 = seconds.iter().sum();
         set.verify(&kernels, 0..count)?;
         let pass_seconds = median(&seconds);
@@ -573,8 +548,6 @@ pub fn measure(
             over_host_to_device: effective_gbps / link.to_device,
             to_device_gbps: (after.to_device - before.to_device) as f64 / total / 1e9,
             to_host_gbps: (after.to_host - before.to_host) as f64 / total / 1e9,
-            evictions: evictions_after.evictions - evictions_before.evictions,
-            ahead_evictions: evictions_after.ahead_evictions - evictions_before.ahead_evictions,
         })
     };
     stream.push(stream_row(Strategy::InBudget, IN_BUDGET_FACTOR)?);

@@ -110,24 +110,6 @@ impl Backing {
         }
     }
 
-    /// Pages mode: signals, on the GPU, that every command submitted so far has finished,
-    /// and returns the value for [`unmap_next_after`](Backing::unmap_next_after) (`None` in
-    /// segments mode or without timeline semaphores).
-    pub fn signal_gpu_done(&mut self) -> Option<u64> {
-        match &mut self.source {
-            BackingKind::Pages(pages) => pages.memory_mut().signal_gpu_done(),
-            BackingKind::Segments(_) => None,
-        }
-    }
-
-    /// Pages mode: the next unmap waits for the GPU signal `value` only (see
-    /// `PagedMemory::set_next_unmap_after`); `None` takes it back.
-    pub fn unmap_next_after(&mut self, value: Option<u64>) {
-        if let BackingKind::Pages(pages) = &mut self.source {
-            pages.memory_mut().set_next_unmap_after(value);
-        }
-    }
-
     /// The pool's mode.
     pub fn mode(&self) -> MemoryMode {
         match &self.source {

@@ -237,7 +237,6 @@ impl Pool {
             ),
         };
         let memory_changes = memory.changes.clone();
-        let evicts_ahead = residents.as_ref().is_some_and(|r| r.headroom > 0);
         let pool = Pool {
             shared: Arc::new(PoolShared {
                 device: device.clone(),
@@ -271,7 +270,6 @@ impl Pool {
                 recording: AtomicBool::new(false),
                 log_leaks: options.log_leaks,
                 use_clock: Default::default(),
-                evicts_ahead,
             }),
         };
         pool.shared.submissions.register(&pool.shared);
@@ -433,11 +431,7 @@ fn residents_for(
     let host_limit = residency
         .host_limit
         .or_else(residency_options::default_host_limit);
-    Ok(residents::Residents::new(
-        budget,
-        host_limit,
-        residency.headroom.min(budget / 2),
-    ))
+    Ok(residents::Residents::new(budget, host_limit))
 }
 
 /// The binding limit and offset alignment of a usage set: the strictest among the binding

@@ -117,8 +117,6 @@ pub(crate) struct PoolShared {
     pub log_leaks: bool,
     /// Ticks once per use of a block that residency tracks.
     pub use_clock: UseClock,
-    /// Whether residency evicts ahead of need at submission points (a headroom was given).
-    pub evicts_ahead: bool,
 }
 
 impl PoolShared {

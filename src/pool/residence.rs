@@ -85,10 +85,7 @@ impl Residence {
     /// Notes a use at tick `now` of the use clock.
     #[inline]
     pub fn touch(&self, now: u64) {
-        // Sequentially consistent, like the tickets and counts a use publishes before it:
-        // an eviction ahead of need reads the tick before it looks for uses (see
-        // `residents`).
-        self.last_use.fetch_max(now, Ordering::SeqCst);
+        self.last_use.fetch_max(now, Ordering::Relaxed);
     }
 
     /// Whether the block is evicted (or an eviction is deciding about it): read after a use

@@ -43,14 +43,10 @@ pub struct ResidencyStats {
     pub kept_copy_bytes: u64,
     /// Evictions since creation (or the last reset of accumulated statistics).
     pub evictions: u64,
-    /// Those of them made ahead of need, to keep the headroom free
-    /// ([`ResidencyOptions::with_headroom`](super::ResidencyOptions::with_headroom)).
-    pub ahead_evictions: u64,
     /// Device bytes those evictions gave back.
     pub evicted_bytes_total: u64,
-    /// Bytes copied to host memory for evictions: less than `evicted_bytes_total` by the
-    /// evictions of read-only blocks with a kept copy and of discarded blocks, more by the
-    /// copies made ahead of need for blocks that were used again before their unmap.
+    /// Bytes those evictions copied to host memory: less than `evicted_bytes_total` by the
+    /// evictions of read-only blocks with a kept copy and of discarded blocks.
     pub copied_out_bytes_total: u64,
     /// Restores since creation (or the last reset).
     pub restores: u64,

@@ -19,7 +19,6 @@
 pub struct ResidencyOptions {
     pub(crate) device_budget: Option<u64>,
     pub(crate) host_limit: Option<u64>,
-    pub(crate) headroom: u64,
 }
 
 impl ResidencyOptions {
@@ -45,27 +44,6 @@ impl ResidencyOptions {
     pub fn with_host_limit(mut self, bytes: u64) -> Self {
         self.host_limit = Some(bytes);
         self
-    }
-
-    /// Evicts ahead of need: at every submission point reached through the pool
-    /// ([`Pool::submit`](super::Pool::submit), [`Pool::mark_submitted`](super::Pool::mark_submitted),
-    /// [`Pool::submit_using`](super::Pool::submit_using)), the pool keeps `bytes` of the
-    /// device budget free for the next restores, evicting the least recently used blocks in
-    /// two steps: their copies to host memory are submitted at one point, and their pages
-    /// unmapped at the next, if nothing used them in between (a block used since stays). The
-    /// unmap then waits on the GPU only for its copy, not for the work submitted since, so
-    /// restores after it are not held up by binds behind the running work. A stream that
-    /// restores about `bytes` per step keeps the copy engine busy instead of waiting for
-    /// binds. It costs `bytes` of the budget that no block uses, and a lock at every
-    /// submission point. 0 (the default) evicts only on demand.
-    pub fn with_headroom(mut self, bytes: u64) -> Self {
-        self.headroom = bytes;
-        self
-    }
-
-    /// The headroom given ([`with_headroom`](Self::with_headroom); 0: none).
-    pub fn headroom(&self) -> u64 {
-        self.headroom
     }
 
     /// The device budget given, if any.

@@ -40,12 +40,6 @@ pub(crate) struct Residents {
     pub budget: u64,
     /// The host limit (the host tier's cap), if any.
     pub host_limit: Option<u64>,
-    /// Device bytes kept free at submission points by evicting ahead (0: off).
-    pub headroom: u64,
-    /// Blocks copied out ahead of need at the last submission point, with the GPU signal
-    /// that follows their copies: unmapped at the next point unless used meanwhile.
-    ahead: Vec<BlockId>,
-    ahead_signal: Option<u64>,
     entries: HashMap<BlockId, Entry>,
     counters: Counters,
 }
@@ -57,15 +51,11 @@ struct Entry {
     host: Option<BlockParts>,
     /// Whether the block's pages are unmapped.
     evicted: bool,
-    /// Set while the block is being evicted ahead of need: its last use when it was chosen.
-    /// Its copy (`host`, or none needed) stays current while no use came after.
-    ahead: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Counters {
     evictions: u64,
-    ahead_evictions: u64,
     evicted_total: u64,
     copied_out_total: u64,
     restores: u64,
@@ -84,13 +74,10 @@ pub(crate) enum RoomError {
 
 impl Residents {
     /// A manager with no block, under `budget` on the device and `host_limit` on the host.
-    pub fn new(budget: u64, host_limit: Option<u64>, headroom: u64) -> Residents {
+    pub fn new(budget: u64, host_limit: Option<u64>) -> Residents {
         Residents {
             budget,
             host_limit,
-            headroom,
-            ahead: Vec::new(),
-            ahead_signal: None,
             entries: HashMap::new(),
             counters: Counters::default(),
         }
@@ -106,7 +93,6 @@ impl Residents {
                 residence: residence.clone(),
                 host: None,
                 evicted: false,
-                ahead: None,
             },
         );
         parts.residence = Some(residence);
@@ -125,7 +111,6 @@ impl Residents {
             host_limit_bytes: self.host_limit,
             tracked_blocks: self.entries.len() as u64,
             evictions: self.counters.evictions,
-            ahead_evictions: self.counters.ahead_evictions,
             evicted_bytes_total: self.counters.evicted_total,
             copied_out_bytes_total: self.counters.copied_out_total,
             restores: self.counters.restores,
@@ -245,7 +230,7 @@ impl PoolShared {
             return Ok(0);
         }
         let residence = entry.residence.clone();
-        let (has_copy, ahead) = (entry.host.is_some(), entry.ahead);
+        let kept = entry.host.is_some();
         residence.evicting.store(true, Ordering::SeqCst);
         if residence.held()
             || residence
@@ -255,20 +240,8 @@ impl PoolShared {
             residence.evicting.store(false, Ordering::SeqCst);
             return Ok(0);
         }
-        // Read after the flag was set, like the uses: a use after this read sees the flag.
-        let unused_since_ahead = ahead == Some(residence.last_use.load(Ordering::SeqCst));
-        let discarded = residence.discarded.load(Ordering::SeqCst);
-        // A kept copy is current (the block is read-only), so is a copy made ahead of this
-        // eviction with no use since; a discarded block needs none.
-        let current = has_copy && (residence.is_read_only() || unused_since_ahead);
-        if has_copy && !current {
-            let residents = state.residents.as_mut().expect("checked above");
-            let entry = residents.entries.get_mut(&id).expect("checked above");
-            if let Some(stale) = entry.host.take() {
-                free_host(state, stale);
-            }
-        }
-        let copy_out = !current && !discarded;
+        // A kept copy is current (the block is read-only); a discarded block needs none.
+        let copy_out = !kept && !residence.discarded.load(Ordering::SeqCst);
         let host = if copy_out {
             match self.host_copy_of(state, &residence) {
                 Ok(host) => Some(host),
@@ -302,9 +275,6 @@ impl PoolShared {
         if host.is_some() {
             entry.host = host;
             residents.counters.copied_out_total += residence.bytes();
-        }
-        if entry.ahead.take().is_some() {
-            residents.counters.ahead_evictions += 1;
         }
         entry.evicted = true;
         residents.counters.evictions += 1;
@@ -517,7 +487,6 @@ impl PoolShared {
         };
         entry.residence.read_only.store(read_only, Ordering::SeqCst);
         if !read_only && !entry.evicted {
-            entry.ahead = None;
             if let Some(copy) = entry.host.take() {
                 free_host(state, copy);
             }
@@ -538,154 +507,9 @@ impl PoolShared {
         if !entry.evicted {
             entry.residence.discarded.store(true, Ordering::SeqCst);
         }
-        entry.ahead = None;
         if let Some(copy) = entry.host.take() {
             free_host(state, copy);
         }
-    }
-}
-
-impl PoolShared {
-    /// Evicting ahead of need, at a submission point (see
-    /// [`ResidencyOptions::with_headroom`](super::ResidencyOptions::with_headroom)): unmaps
-    /// the blocks copied out at the last point that nothing used since, then chooses the
-    /// least recently used blocks that may go and submits their copies, so that the free
-    /// budget and those blocks make twice the headroom: after the next step has restored up
-    /// to the headroom, the unmaps at the next point free it again. Failures (host memory full, a copy or an unmap
-    /// refused) only stop it: the blocks stay on the device and demand evicts as before.
-    pub(crate) fn evict_ahead(&self) {
-        if !self.evicts_ahead {
-            return;
-        }
-        let mut state = self.lock();
-        let Some(residents) = state.residents.as_mut() else {
-            return;
-        };
-        let chosen = std::mem::take(&mut residents.ahead);
-        let signal = residents.ahead_signal.take();
-        for id in chosen {
-            let Some(entry) = state
-                .residents
-                .as_mut()
-                .and_then(|r| r.entries.get_mut(&id))
-            else {
-                continue;
-            };
-            let Some(tick) = entry.ahead else {
-                continue;
-            };
-            if entry.evicted {
-                entry.ahead = None;
-                continue;
-            }
-            if entry.residence.last_use.load(Ordering::SeqCst) != tick {
-                // Used since it was chosen: it stays, and a copy made for it is stale.
-                entry.ahead = None;
-                let stale = if entry.residence.is_read_only() {
-                    None
-                } else {
-                    entry.host.take()
-                };
-                if let Some(copy) = stale {
-                    free_host(&mut state, copy);
-                }
-                continue;
-            }
-            // Nothing submitted after the signal uses the block: the unmap waits for its
-            // copy only.
-            state.memory.unmap_next_after(signal);
-            let evicted = self.evict_tracked(&mut state, id);
-            state.memory.unmap_next_after(None);
-            if evicted.is_err() {
-                break;
-            }
-        }
-        self.choose_ahead(&mut state);
-    }
-
-    /// Chooses the blocks to evict ahead and submits their copies (see
-    /// [`evict_ahead`](Self::evict_ahead)).
-    fn choose_ahead(&self, state: &mut PoolState) {
-        let Some(residents) = state.residents.as_ref() else {
-            return;
-        };
-        let mapped = state.engine.memory_stats().reserved_bytes.all.current;
-        let free = residents.budget.saturating_sub(mapped);
-        // The blocks chosen now are unmapped at the next point, after the restores of the
-        // step between have taken up to the headroom: free now plus what is chosen must
-        // cover the headroom twice for it to be free again then.
-        let needed = (2 * residents.headroom).saturating_sub(free);
-        if needed == 0 {
-            return;
-        }
-        let open = self.submissions.recordings.open_tickets();
-        let mut ids = Vec::new();
-        let mut ticks = Vec::new();
-        let mut candidates = Vec::new();
-        for (id, entry) in &residents.entries {
-            if entry.evicted {
-                continue;
-            }
-            let residence = &entry.residence;
-            // The tick first: a use that published itself after the checks below touches
-            // the block after this read, which the unmap at the next point sees.
-            let tick = residence.last_use.load(Ordering::SeqCst);
-            let hold = if residence.held() || residence.tickets.any_open(&open) {
-                Hold::InUse
-            } else {
-                Hold::None
-            };
-            candidates.push(Candidate {
-                key: ids.len() as u64,
-                bytes: residence.bytes(),
-                last_use: tick,
-                hold,
-            });
-            ids.push(*id);
-            ticks.push(tick);
-        }
-        let victims = match choose_victims(&mut candidates, needed) {
-            Ok(victims) => victims,
-            Err(short) if short.evictable > 0 => {
-                choose_victims(&mut candidates, short.evictable).unwrap_or_default()
-            }
-            Err(_) => Vec::new(),
-        };
-        let mut chosen = Vec::with_capacity(victims.len());
-        for key in victims {
-            let id = ids[key as usize];
-            let tick = ticks[key as usize];
-            let entry = &state.residents.as_ref().expect("checked above").entries[&id];
-            let residence = entry.residence.clone();
-            let needs_copy = entry.host.is_none() && !residence.discarded.load(Ordering::SeqCst);
-            let copy = if needs_copy {
-                match self.host_copy_of(state, &residence) {
-                    Ok(copy) => Some(copy),
-                    Err(_) => break,
-                }
-            } else {
-                None
-            };
-            let residents = state.residents.as_mut().expect("checked above");
-            if copy.is_some() {
-                // Counted now: the bytes move whether or not the unmap follows.
-                residents.counters.copied_out_total += residence.bytes();
-            }
-            let entry = residents.entries.get_mut(&id).expect("listed above");
-            if copy.is_some() {
-                entry.host = copy;
-            }
-            entry.ahead = Some(tick);
-            chosen.push(id);
-        }
-        if chosen.is_empty() {
-            return;
-        }
-        // Everything the blocks' copies read was submitted before this signal.
-        let signal = state.memory.signal_gpu_done();
-        let residents = state.residents.as_mut().expect("checked above");
-        residents.ahead = chosen;
-        residents.ahead_signal = signal;
     }
 }
 
@@ -710,7 +534,6 @@ fn drop_kept_copies(state: &mut PoolState, needed: u64) -> u64 {
         }
         let residents = state.residents.as_mut().expect("checked above");
         let entry = residents.entries.get_mut(&id).expect("listed above");
-        entry.ahead = None;
         if let Some(copy) = entry.host.take() {
             freed += copy.size;
             free_host(state, copy);

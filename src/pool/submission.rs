@@ -18,7 +18,6 @@ impl Pool {
     {
         let index = self.shared.queue.submit(command_buffers);
         self.shared.submissions.thread_submitted();
-        self.shared.evict_ahead();
         index
     }
 
@@ -28,7 +27,6 @@ impl Pool {
     /// pool on the device, like [`mark_submitted`](super::mark_submitted)`(&device)`.
     pub fn mark_submitted(&self) {
         self.shared.submissions.thread_submitted();
-        self.shared.evict_ahead();
     }
 
     /// A submission point for every thread: every command recorded so far that names a block

@@ -52,9 +52,6 @@ impl PagedMemory {
         let sparse = self.sparse.clone();
         let timelines = sparse.inner.timelines.as_ref();
         let after_gpu = match (kind, timelines) {
-            (BindKind::Unmap, Some(_)) if self.next_unmap_after.is_some() => {
-                self.next_unmap_after.take()
-            }
             (BindKind::Unmap, Some(timelines)) => {
                 // Read before any signal: work counted up to here was submitted before it.
                 let clock = self

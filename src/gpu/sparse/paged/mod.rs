@@ -76,9 +76,6 @@ pub struct PagedMemory {
     /// The work clock when the last "all earlier GPU work done" signal for an unbind was
     /// submitted, and the signal's value.
     last_unbind_signal: Option<(u64, u64)>,
-    /// The GPU timeline value the next unmap waits for instead of a signal of its own
-    /// ([`set_next_unmap_after`](Self::set_next_unmap_after)).
-    next_unmap_after: Option<u64>,
 }
 
 impl PagedMemory {
@@ -123,29 +120,7 @@ impl PagedMemory {
             max_buffer_size: device.limits().max_buffer_size,
             work_clock: None,
             last_unbind_signal: None,
-            next_unmap_after: None,
         }
-    }
-
-    /// Submits an empty batch to wgpu's queue that signals, on the GPU timeline, that every
-    /// command submitted before it has finished, and returns the value; `None` without
-    /// timeline semaphores.
-    pub fn signal_gpu_done(&mut self) -> Option<u64> {
-        let timelines = self.sparse.inner.timelines.as_ref()?;
-        let start = std::time::Instant::now();
-        let value = timelines.gpu_done(&self.queue);
-        self.counters.bind_time += start.elapsed();
-        self.counters.unbind_signals += 1;
-        Some(value)
-    }
-
-    /// Makes the next unmap wait, on the GPU, for the signal `value` of
-    /// [`signal_gpu_done`](Self::signal_gpu_done) instead of one submitted at the unmap:
-    /// for a caller that knows no command submitted after that signal uses the pages it
-    /// unmaps (residency's evictions ahead of need, whose blocks were not used since). An
-    /// unmap waits for the newest signal otherwise. `None` takes it back.
-    pub fn set_next_unmap_after(&mut self, value: Option<u64>) {
-        self.next_unmap_after = value;
     }
 
     /// Tells the memory when work that may use its pages is submitted: `points` grows at or
