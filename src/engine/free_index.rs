@@ -139,9 +139,14 @@ impl StreamClasses {
     /// Blocks of at least `size` bytes, in (size, address) order.
     #[inline]
     fn fits_ascending(&self, size: u64) -> Ascending<'_> {
-        let class = class_of(size);
+        self.ascending_from(class_of(size), pack(size, 0, 0))
+    }
+
+    /// Blocks whose packed key is at least `bound`, which lies in `class`, in ascending
+    /// order.
+    #[inline]
+    fn ascending_from(&self, class: usize, bound: u128) -> Ascending<'_> {
         let set = &self.classes[class];
-        let bound = pack(size, 0, 0);
         // A class of at most one block needs no walk: its block, if it fits, comes first.
         let (pending, within) = if set.len() <= 1 {
             let only = set.first().copied().filter(|&k| k >= bound);
@@ -385,6 +390,20 @@ impl FreeIndex {
         }
     }
 
+    /// Free blocks of `stream` that come after `key` (a free block of `stream`) in
+    /// (size, address) order: the rest of [`Self::fits_ascending`] once it yielded `key`,
+    /// for a caller that found `key` with [`Self::best_fit`] and only sometimes looks further.
+    #[inline]
+    pub fn fits_after(&self, key: FreeKey) -> Ascending<'_> {
+        match self.stream(key.stream) {
+            Some(classes) => {
+                let bound = pack(key.size, key.address, key.block) + 1;
+                classes.ascending_from(class_of(key.size), bound)
+            }
+            None => Ascending::empty(),
+        }
+    }
+
     /// Free blocks of `stream` smaller than `size`, largest first (all of them from
     /// [`ADDRESS_LIMIT`] up).
     #[inline]
@@ -481,6 +500,10 @@ mod tests {
                 index.best_fit(probe_stream, probe),
                 expected.first().copied()
             );
+            if let Some(&first) = expected.first() {
+                let after: Vec<FreeKey> = index.fits_after(first).take(4).collect();
+                assert_eq!(after, expected[1..]);
+            }
             let expected_below: Vec<FreeKey> = reference
                 .range((probe_stream, 0, 0)..(probe_stream, probe, 0))
                 .rev()
