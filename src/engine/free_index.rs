@@ -12,7 +12,7 @@
 //! empty sets, for the engine's life. Callers use a handful of streams; one that made up a new
 //! stream number per request would pay that much per number.
 
-use std::collections::BTreeSet;
+use super::sorted_set::{Keys, SortedSet};
 
 /// A free block's place in the index. Ordering is by stream, then size, then address, so the
 /// first entry at or after `(stream, size, 0)` is the smallest, lowest-addressed free block of
@@ -76,7 +76,7 @@ fn unpack(stream: u32, packed: u128) -> FreeKey {
 struct StreamClasses {
     stream: u32,
     /// Per class: packed (size, address, block).
-    classes: Vec<BTreeSet<u128>>,
+    classes: Vec<SortedSet<u128>>,
     /// Bit `c` is set while class `c` holds a block.
     occupied: [u64; BITMAP_WORDS],
 }
@@ -85,7 +85,7 @@ impl StreamClasses {
     fn new(stream: u32) -> StreamClasses {
         StreamClasses {
             stream,
-            classes: (0..CLASSES).map(|_| BTreeSet::new()).collect(),
+            classes: (0..CLASSES).map(|_| SortedSet::default()).collect(),
             occupied: [0; BITMAP_WORDS],
         }
     }
@@ -126,10 +126,12 @@ impl StreamClasses {
         }
     }
 
+    #[inline]
     fn mark(&mut self, class: usize) {
         self.occupied[class / 64] |= 1 << (class % 64);
     }
 
+    #[inline]
     fn unmark_if_empty(&mut self, class: usize) {
         if self.classes[class].is_empty() {
             self.occupied[class / 64] &= !(1 << (class % 64));
@@ -146,20 +148,11 @@ impl StreamClasses {
     /// order.
     #[inline]
     fn ascending_from(&self, class: usize, bound: u128) -> Ascending<'_> {
-        let set = &self.classes[class];
-        // A class of at most one block needs no walk: its block, if it fits, comes first.
-        let (pending, within) = if set.len() <= 1 {
-            let only = set.first().copied().filter(|&k| k >= bound);
-            (only, NO_BLOCKS.range(..))
-        } else {
-            (None, set.range(bound..))
-        };
         Ascending {
             stream: self.stream,
             classes: Some(self),
             class,
-            pending,
-            within,
+            within: self.classes[class].from(bound),
         }
     }
 
@@ -167,27 +160,14 @@ impl StreamClasses {
     #[inline]
     fn below_descending(&self, size: u64) -> Descending<'_> {
         let class = class_of(size);
-        let set = &self.classes[class];
-        let bound = pack(size, 0, 0);
-        // A class of at most one block needs no walk: its block, if below, comes first.
-        let (pending, within) = if set.len() <= 1 {
-            let only = set.first().copied().filter(|&k| k < bound);
-            (only, NO_BLOCKS.range(..))
-        } else {
-            (None, set.range(..bound))
-        };
         Descending {
             stream: self.stream,
             classes: Some(self),
             class,
-            pending,
-            within,
+            within: self.classes[class].below(pack(size, 0, 0)),
         }
     }
 }
-
-/// The range an iterator over no stream walks: nothing.
-static NO_BLOCKS: BTreeSet<u128> = BTreeSet::new();
 
 /// Free blocks of one stream in ascending (size, address) order from a bound: the rest of
 /// one class, then whole classes that the bitmap says are occupied. A plain struct rather
@@ -198,9 +178,7 @@ pub(crate) struct Ascending<'a> {
     /// `None` for a stream with no free block ever: the iterator is empty.
     classes: Option<&'a StreamClasses>,
     class: usize,
-    /// A block to yield before `within`: the only block of the first class, if it qualifies.
-    pending: Option<u128>,
-    within: std::collections::btree_set::Range<'a, u128>,
+    within: Keys<'a, u128>,
 }
 
 impl Ascending<'_> {
@@ -209,8 +187,7 @@ impl Ascending<'_> {
             stream: 0,
             classes: None,
             class: 0,
-            pending: None,
-            within: NO_BLOCKS.range(..),
+            within: Keys::empty(),
         }
     }
 }
@@ -220,22 +197,13 @@ impl Iterator for Ascending<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<FreeKey> {
-        if let Some(k) = self.pending.take() {
-            return Some(unpack(self.stream, k));
-        }
         loop {
-            if let Some(&k) = self.within.next() {
+            if let Some(k) = self.within.next() {
                 return Some(unpack(self.stream, k));
             }
             let classes = self.classes?;
             self.class = classes.occupied_from(self.class + 1)?;
-            let set = &classes.classes[self.class];
-            // Most classes hold one block: yield it without setting up a walk.
-            if set.len() == 1 {
-                self.within = NO_BLOCKS.range(..);
-                return set.first().map(|&k| unpack(self.stream, k));
-            }
-            self.within = set.range(..);
+            self.within = classes.classes[self.class].all();
         }
     }
 }
@@ -246,9 +214,7 @@ pub(crate) struct Descending<'a> {
     /// `None` for a stream with no free block ever: the iterator is empty.
     classes: Option<&'a StreamClasses>,
     class: usize,
-    /// A block to yield before `within`: the only block of the first class, if it qualifies.
-    pending: Option<u128>,
-    within: std::collections::btree_set::Range<'a, u128>,
+    within: Keys<'a, u128>,
 }
 
 impl Descending<'_> {
@@ -257,8 +223,7 @@ impl Descending<'_> {
             stream: 0,
             classes: None,
             class: 0,
-            pending: None,
-            within: NO_BLOCKS.range(..),
+            within: Keys::empty(),
         }
     }
 }
@@ -268,23 +233,14 @@ impl Iterator for Descending<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<FreeKey> {
-        if let Some(k) = self.pending.take() {
-            return Some(unpack(self.stream, k));
-        }
         loop {
-            if let Some(&k) = self.within.next_back() {
+            if let Some(k) = self.within.next_back() {
                 return Some(unpack(self.stream, k));
             }
             let classes = self.classes?;
             let below = self.class.checked_sub(1)?;
             self.class = classes.occupied_to(below)?;
-            let set = &classes.classes[self.class];
-            // Most classes hold one block: yield it without setting up a walk.
-            if set.len() == 1 {
-                self.within = NO_BLOCKS.range(..);
-                return set.first().map(|&k| unpack(self.stream, k));
-            }
-            self.within = set.range(..);
+            self.within = classes.classes[self.class].all();
         }
     }
 }
@@ -348,7 +304,7 @@ impl FreeIndex {
     pub fn remove(&mut self, key: &FreeKey) {
         let classes = self.stream_mut(key.stream);
         let class = class_of(key.size);
-        let removed = classes.classes[class].remove(&pack(key.size, key.address, key.block));
+        let removed = classes.classes[class].remove(pack(key.size, key.address, key.block));
         debug_assert!(removed, "block {} was not indexed", key.block);
         classes.unmark_if_empty(class);
         self.len -= 1;
@@ -363,19 +319,11 @@ impl FreeIndex {
         }
         let classes = self.stream(stream)?;
         let class = class_of(size);
-        let set = &classes.classes[class];
-        let bound = pack(size, 0, 0);
-        // A class of at most one block needs no search.
-        let found = if set.len() <= 1 {
-            set.first().filter(|&&k| k >= bound)
-        } else {
-            set.range(bound..).next()
-        };
-        if let Some(&k) = found {
+        if let Some(k) = classes.classes[class].first_from(pack(size, 0, 0)) {
             return Some(unpack(stream, k));
         }
         let above = classes.occupied_from(class + 1)?;
-        let &k = classes.classes[above].first()?;
+        let k = classes.classes[above].first()?;
         Some(unpack(stream, k))
     }
 
