@@ -163,10 +163,10 @@ fn walk_past_tails(
     mut best: FreeKey,
     mut tail: u32,
 ) -> FreeKey {
-    let mut fits = state.free_blocks(kind).fits_after(best);
+    let index = state.free_blocks(kind);
     loop {
         let best_room = best.size + state.block_size(tail);
-        let Some(next) = fits.next() else {
+        let Some(next) = index.successor(best) else {
             return best;
         };
         if expandable_size(state, next.block) >= best_room {
