@@ -39,11 +39,16 @@ impl EngineState {
     }
 
     /// Lists a free mapped block among the idle pages if it holds a whole page, as the most
-    /// recently freed.
+    /// recently freed. The block is not listed: it was allocated or unmapped until now, or
+    /// a neighbour that the merge took off the list.
+    #[inline]
     pub(super) fn pages_note_idle(&mut self, block: u32) {
         let b = &self.blocks[block as usize];
         let page = self.page_of(b.kind);
-        self.pages.idle_pages.remove(block);
+        debug_assert!(
+            !self.pages.idle_pages.contains(block),
+            "{block} listed twice"
+        );
         if holds_page(b.offset(), b.size(), page) {
             self.pages.idle_pages.push_back(block);
         }
