@@ -8,11 +8,14 @@
 //! many free blocks there are. The order it yields is exactly the order of one sorted set by
 //! (stream, size, address).
 //!
-//! Cost: each stream that ever had a free block in the index keeps its classes, 33 KiB of
+//! Each class is a [`SortedSet`]: a sorted vector while it holds few blocks (most do), so
+//! that a class going from none to one block and back allocates nothing.
+//!
+//! Cost: each stream that ever had a free block in the index keeps its classes, 45 KiB of
 //! empty sets, for the engine's life. Callers use a handful of streams; one that made up a new
 //! stream number per request would pay that much per number.
 
-use std::collections::BTreeSet;
+use super::sorted_set::{Keys, SortedSet};
 
 /// A free block's place in the index. Ordering is by stream, then size, then address, so the
 /// first entry at or after `(stream, size, 0)` is the smallest, lowest-addressed free block of
@@ -76,7 +79,7 @@ fn unpack(stream: u32, packed: u128) -> FreeKey {
 struct StreamClasses {
     stream: u32,
     /// Per class: packed (size, address, block).
-    classes: Vec<BTreeSet<u128>>,
+    classes: Vec<SortedSet<u128>>,
     /// Bit `c` is set while class `c` holds a block.
     occupied: [u64; BITMAP_WORDS],
 }
@@ -85,7 +88,7 @@ impl StreamClasses {
     fn new(stream: u32) -> StreamClasses {
         StreamClasses {
             stream,
-            classes: (0..CLASSES).map(|_| BTreeSet::new()).collect(),
+            classes: (0..CLASSES).map(|_| SortedSet::default()).collect(),
             occupied: [0; BITMAP_WORDS],
         }
     }
@@ -126,10 +129,12 @@ impl StreamClasses {
         }
     }
 
+    #[inline]
     fn mark(&mut self, class: usize) {
         self.occupied[class / 64] |= 1 << (class % 64);
     }
 
+    #[inline]
     fn unmark_if_empty(&mut self, class: usize) {
         if self.classes[class].is_empty() {
             self.occupied[class / 64] &= !(1 << (class % 64));
@@ -139,22 +144,18 @@ impl StreamClasses {
     /// Blocks of at least `size` bytes, in (size, address) order.
     #[inline]
     fn fits_ascending(&self, size: u64) -> Ascending<'_> {
-        let class = class_of(size);
-        let set = &self.classes[class];
-        let bound = pack(size, 0, 0);
-        // A class of at most one block needs no walk: its block, if it fits, comes first.
-        let (pending, within) = if set.len() <= 1 {
-            let only = set.first().copied().filter(|&k| k >= bound);
-            (only, NO_BLOCKS.range(..))
-        } else {
-            (None, set.range(bound..))
-        };
+        self.ascending_from(class_of(size), pack(size, 0, 0))
+    }
+
+    /// Blocks whose packed key is at least `bound`, which lies in `class`, in ascending
+    /// order.
+    #[inline]
+    fn ascending_from(&self, class: usize, bound: u128) -> Ascending<'_> {
         Ascending {
             stream: self.stream,
             classes: Some(self),
             class,
-            pending,
-            within,
+            within: self.classes[class].from(bound),
         }
     }
 
@@ -162,27 +163,14 @@ impl StreamClasses {
     #[inline]
     fn below_descending(&self, size: u64) -> Descending<'_> {
         let class = class_of(size);
-        let set = &self.classes[class];
-        let bound = pack(size, 0, 0);
-        // A class of at most one block needs no walk: its block, if below, comes first.
-        let (pending, within) = if set.len() <= 1 {
-            let only = set.first().copied().filter(|&k| k < bound);
-            (only, NO_BLOCKS.range(..))
-        } else {
-            (None, set.range(..bound))
-        };
         Descending {
             stream: self.stream,
             classes: Some(self),
             class,
-            pending,
-            within,
+            within: self.classes[class].below(pack(size, 0, 0)),
         }
     }
 }
-
-/// The range an iterator over no stream walks: nothing.
-static NO_BLOCKS: BTreeSet<u128> = BTreeSet::new();
 
 /// Free blocks of one stream in ascending (size, address) order from a bound: the rest of
 /// one class, then whole classes that the bitmap says are occupied. A plain struct rather
@@ -193,9 +181,7 @@ pub(crate) struct Ascending<'a> {
     /// `None` for a stream with no free block ever: the iterator is empty.
     classes: Option<&'a StreamClasses>,
     class: usize,
-    /// A block to yield before `within`: the only block of the first class, if it qualifies.
-    pending: Option<u128>,
-    within: std::collections::btree_set::Range<'a, u128>,
+    within: Keys<'a, u128>,
 }
 
 impl Ascending<'_> {
@@ -204,8 +190,7 @@ impl Ascending<'_> {
             stream: 0,
             classes: None,
             class: 0,
-            pending: None,
-            within: NO_BLOCKS.range(..),
+            within: Keys::empty(),
         }
     }
 }
@@ -215,22 +200,13 @@ impl Iterator for Ascending<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<FreeKey> {
-        if let Some(k) = self.pending.take() {
-            return Some(unpack(self.stream, k));
-        }
         loop {
-            if let Some(&k) = self.within.next() {
+            if let Some(k) = self.within.next() {
                 return Some(unpack(self.stream, k));
             }
             let classes = self.classes?;
             self.class = classes.occupied_from(self.class + 1)?;
-            let set = &classes.classes[self.class];
-            // Most classes hold one block: yield it without setting up a walk.
-            if set.len() == 1 {
-                self.within = NO_BLOCKS.range(..);
-                return set.first().map(|&k| unpack(self.stream, k));
-            }
-            self.within = set.range(..);
+            self.within = classes.classes[self.class].all();
         }
     }
 }
@@ -241,9 +217,7 @@ pub(crate) struct Descending<'a> {
     /// `None` for a stream with no free block ever: the iterator is empty.
     classes: Option<&'a StreamClasses>,
     class: usize,
-    /// A block to yield before `within`: the only block of the first class, if it qualifies.
-    pending: Option<u128>,
-    within: std::collections::btree_set::Range<'a, u128>,
+    within: Keys<'a, u128>,
 }
 
 impl Descending<'_> {
@@ -252,8 +226,7 @@ impl Descending<'_> {
             stream: 0,
             classes: None,
             class: 0,
-            pending: None,
-            within: NO_BLOCKS.range(..),
+            within: Keys::empty(),
         }
     }
 }
@@ -263,23 +236,14 @@ impl Iterator for Descending<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<FreeKey> {
-        if let Some(k) = self.pending.take() {
-            return Some(unpack(self.stream, k));
-        }
         loop {
-            if let Some(&k) = self.within.next_back() {
+            if let Some(k) = self.within.next_back() {
                 return Some(unpack(self.stream, k));
             }
             let classes = self.classes?;
             let below = self.class.checked_sub(1)?;
             self.class = classes.occupied_to(below)?;
-            let set = &classes.classes[self.class];
-            // Most classes hold one block: yield it without setting up a walk.
-            if set.len() == 1 {
-                self.within = NO_BLOCKS.range(..);
-                return set.first().map(|&k| unpack(self.stream, k));
-            }
-            self.within = set.range(..);
+            self.within = classes.classes[self.class].all();
         }
     }
 }
@@ -343,7 +307,7 @@ impl FreeIndex {
     pub fn remove(&mut self, key: &FreeKey) {
         let classes = self.stream_mut(key.stream);
         let class = class_of(key.size);
-        let removed = classes.classes[class].remove(&pack(key.size, key.address, key.block));
+        let removed = classes.classes[class].remove(pack(key.size, key.address, key.block));
         debug_assert!(removed, "block {} was not indexed", key.block);
         classes.unmark_if_empty(class);
         self.len -= 1;
@@ -358,19 +322,11 @@ impl FreeIndex {
         }
         let classes = self.stream(stream)?;
         let class = class_of(size);
-        let set = &classes.classes[class];
-        let bound = pack(size, 0, 0);
-        // A class of at most one block needs no search.
-        let found = if set.len() <= 1 {
-            set.first().filter(|&&k| k >= bound)
-        } else {
-            set.range(bound..).next()
-        };
-        if let Some(&k) = found {
+        if let Some(k) = classes.classes[class].first_from(pack(size, 0, 0)) {
             return Some(unpack(stream, k));
         }
         let above = classes.occupied_from(class + 1)?;
-        let &k = classes.classes[above].first()?;
+        let k = classes.classes[above].first()?;
         Some(unpack(stream, k))
     }
 
@@ -383,6 +339,23 @@ impl FreeIndex {
             Some(classes) if size < ADDRESS_LIMIT => classes.fits_ascending(size),
             _ => Ascending::empty(),
         }
+    }
+
+    /// The free block of `key`'s stream that comes next after `key` (a free block) in
+    /// (size, address) order: the one [`Self::fits_ascending`] yields after it, found with
+    /// one search as [`Self::best_fit`] finds the first, for a caller that looks past
+    /// `key` only sometimes.
+    #[inline]
+    pub fn successor(&self, key: FreeKey) -> Option<FreeKey> {
+        let classes = self.stream(key.stream)?;
+        let class = class_of(key.size);
+        let bound = pack(key.size, key.address, key.block) + 1;
+        if let Some(k) = classes.classes[class].first_from(bound) {
+            return Some(unpack(key.stream, k));
+        }
+        let above = classes.occupied_from(class + 1)?;
+        let k = classes.classes[above].first()?;
+        Some(unpack(key.stream, k))
     }
 
     /// Free blocks of `stream` smaller than `size`, largest first (all of them from
@@ -481,6 +454,9 @@ mod tests {
                 index.best_fit(probe_stream, probe),
                 expected.first().copied()
             );
+            for pair in expected.windows(2) {
+                assert_eq!(index.successor(pair[0]), Some(pair[1]));
+            }
             let expected_below: Vec<FreeKey> = reference
                 .range((probe_stream, 0, 0)..(probe_stream, probe, 0))
                 .rev()

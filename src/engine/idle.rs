@@ -35,14 +35,24 @@ impl IdleList {
         }
     }
 
+    #[inline]
     fn grow_to(&mut self, segment: u32) {
         let needed = segment as usize + 1;
         if self.links.len() < needed {
-            self.links.resize(needed, [OUT, NONE]);
+            self.grow_links(needed);
         }
     }
 
+    /// Room for `needed` slots: rare (the list grows with the record slots), kept out of the
+    /// inlined paths.
+    #[cold]
+    #[inline(never)]
+    fn grow_links(&mut self, needed: usize) {
+        self.links.resize(needed, [OUT, NONE]);
+    }
+
     /// Appends `segment`, which must not be in the list, as the most recently idle.
+    #[inline]
     pub fn push_back(&mut self, segment: u32) {
         debug_assert!(segment < OUT);
         self.grow_to(segment);
@@ -58,6 +68,7 @@ impl IdleList {
     }
 
     /// Takes `segment` out of the list; returns whether it was in it.
+    #[inline]
     pub fn remove(&mut self, segment: u32) -> bool {
         if !self.contains(segment) {
             return false;
@@ -80,6 +91,7 @@ impl IdleList {
 
     /// Puts `new` (not in the list) where `old` is, and takes `old` out; returns whether `old`
     /// was in the list (if not, nothing changes).
+    #[inline]
     pub fn replace(&mut self, old: u32, new: u32) -> bool {
         if !self.contains(old) {
             return false;

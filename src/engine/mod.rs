@@ -56,6 +56,7 @@ pub mod rounding;
 mod segments;
 mod simulated;
 mod size_order;
+mod sorted_set;
 mod source;
 mod split_merge;
 mod state;

@@ -110,6 +110,11 @@ pub(crate) struct PageState {
     /// record, with that run.
     pub evicted: std::collections::HashMap<u32, Range<u64>>,
     pub stats: PageStats,
+    /// Buffers that unmapping reuses (idle pages chosen, their planned runs, one range's
+    /// runs), so that a miss that recycles pages allocates nothing. Empty between calls.
+    pub scratch_chosen: Vec<(u32, u64)>,
+    pub scratch_plans: Vec<(u32, u32, Range<u64>)>,
+    pub scratch_runs: Vec<Range<u64>>,
 }
 
 impl Default for PageState {
@@ -123,6 +128,9 @@ impl Default for PageState {
             idle_pages: IdleList::new(),
             evicted: std::collections::HashMap::new(),
             stats: PageStats::default(),
+            scratch_chosen: Vec::new(),
+            scratch_plans: Vec::new(),
+            scratch_runs: Vec::new(),
         }
     }
 }

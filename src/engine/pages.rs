@@ -39,11 +39,16 @@ impl EngineState {
     }
 
     /// Lists a free mapped block among the idle pages if it holds a whole page, as the most
-    /// recently freed.
+    /// recently freed. The block is not listed: it was allocated or unmapped until now, or
+    /// a neighbour that the merge took off the list.
+    #[inline]
     pub(super) fn pages_note_idle(&mut self, block: u32) {
         let b = &self.blocks[block as usize];
         let page = self.page_of(b.kind);
-        self.pages.idle_pages.remove(block);
+        debug_assert!(
+            !self.pages.idle_pages.contains(block),
+            "{block} listed twice"
+        );
         if holds_page(b.offset(), b.size(), page) {
             self.pages.idle_pages.push_back(block);
         }
@@ -357,28 +362,38 @@ impl EngineState {
         blocks: &[(u32, u64)],
         source: &mut dyn SegmentSource,
     ) -> Result<u64, SourceError> {
-        let mut plans: Vec<(u32, u32, Range<u64>)> = blocks
-            .iter()
-            .filter_map(|&(block, max)| {
-                let run = self.plan_unmap(block, max)?;
-                Some((self.blocks[block as usize].segment, block, run))
-            })
-            .collect();
+        let mut plans = std::mem::take(&mut self.pages.scratch_plans);
+        let mut runs = std::mem::take(&mut self.pages.scratch_runs);
+        plans.clear();
+        plans.extend(blocks.iter().filter_map(|&(block, max)| {
+            let run = self.plan_unmap(block, max)?;
+            Some((self.blocks[block as usize].segment, block, run))
+        }));
         plans.sort_unstable_by_key(|(segment, _, run)| (*segment, run.start));
-        let mut unmapped = 0;
+        let mut result = Ok(0);
         for group in plans.chunk_by(|a, b| a.0 == b.0) {
             let segment = group[0].0;
-            let runs: Vec<Range<u64>> = group.iter().map(|(_, _, run)| run.clone()).collect();
-            source.unmap_pages(SegmentId(segment), &runs)?;
+            runs.clear();
+            runs.extend(group.iter().map(|(_, _, run)| run.clone()));
+            if let Err(error) = source.unmap_pages(SegmentId(segment), &runs) {
+                result = Err(error);
+                break;
+            }
             for (_, block, run) in group {
-                unmapped += run.end - run.start;
+                if let Ok(unmapped) = &mut result {
+                    *unmapped += run.end - run.start;
+                }
                 self.apply_unmap(*block, run.clone());
             }
             self.pages.stats.bind_calls += 1;
             self.stats.num_device_free += 1;
             self.release_if_empty(segment, source);
         }
-        Ok(unmapped)
+        plans.clear();
+        runs.clear();
+        self.pages.scratch_plans = plans;
+        self.pages.scratch_runs = runs;
+        result
     }
 
     /// Merges unmapped block `block` with unmapped neighbours and indexes the result.
@@ -456,7 +471,8 @@ impl EngineState {
         source: &mut dyn SegmentSource,
     ) -> Result<u64, SourceError> {
         let mut planned = 0;
-        let mut chosen = Vec::new();
+        let mut chosen = std::mem::take(&mut self.pages.scratch_chosen);
+        chosen.clear();
         let mut cursor = self.pages.idle_pages.first();
         while let Some(block) = cursor {
             if planned >= bytes {
@@ -472,7 +488,10 @@ impl EngineState {
                 chosen.push((block, want));
             }
         }
-        self.unmap_batch(&chosen, source)
+        let result = self.unmap_batch(&chosen, source);
+        chosen.clear();
+        self.pages.scratch_chosen = chosen;
+        result
     }
 
     /// The unmapped blocks of `kind` on `stream`, lowest address first (kept only in

@@ -11,9 +11,8 @@
 //! [`ADDRESS_LIMIT`](super::free_index::ADDRESS_LIMIT), as for the free index; a size from
 //! that limit up finds no block above it and every block of its stream below it.
 
-use std::collections::BTreeMap;
-
 use super::free_index::{ADDRESS_LIMIT, FreeKey};
+use super::sorted_set::SortedSet;
 
 /// Bits of a size or an address in granules.
 const GRANULE_BITS: u32 = 48;
@@ -41,70 +40,87 @@ fn unpack(packed: u128, block: u32) -> FreeKey {
 /// Blocks by (stream, size, address).
 #[derive(Debug, Default)]
 pub(crate) struct SizeOrder {
-    entries: BTreeMap<u128, u32>,
+    /// (packed key, block); keys are unique, so the block never decides the order.
+    entries: SortedSet<(u128, u32)>,
+    len: usize,
 }
 
 impl SizeOrder {
     /// Adds `key`; returns whether it was not there.
     #[inline]
     pub fn insert(&mut self, key: FreeKey) -> bool {
-        self.entries
-            .insert(pack(key.stream, key.size, key.address), key.block)
-            .is_none()
+        let packed = pack(key.stream, key.size, key.address);
+        // A key is there at most once, whatever block it was added with.
+        let present = self
+            .entries
+            .first_from((packed, 0))
+            .is_some_and(|(k, _)| k == packed);
+        if present {
+            return false;
+        }
+        self.entries.insert((packed, key.block));
+        self.len += 1;
+        true
     }
 
     /// Takes `key` out; returns whether it was there.
     #[inline]
     pub fn remove(&mut self, key: &FreeKey) -> bool {
-        self.entries
-            .remove(&pack(key.stream, key.size, key.address))
-            .is_some()
+        let packed = pack(key.stream, key.size, key.address);
+        let Some(entry) = self
+            .entries
+            .first_from((packed, 0))
+            .filter(|&(k, _)| k == packed)
+        else {
+            return false;
+        };
+        self.entries.remove(entry);
+        self.len -= 1;
+        true
     }
 
     /// The blocks of `stream` of at least `size` bytes, smallest (then lowest) first.
     #[inline]
     pub fn fits_ascending(&self, stream: u32, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
+        // The stream's last possible key: sizes above the limit start past it (none).
+        let to = pack(stream, 0, 0) | ((1u128 << (2 * GRANULE_BITS)) - 1);
         let from = if size < ADDRESS_LIMIT {
             pack(stream, size, 0)
         } else {
-            // No block is that large: start past the stream's last entry.
-            pack(stream, 0, 0) | ((GRANULE_MASK as u128) << GRANULE_BITS) | GRANULE_MASK as u128
+            to
         };
-        let to = pack(stream, 0, 0) | ((1u128 << (2 * GRANULE_BITS)) - 1);
-        let range = if size < ADDRESS_LIMIT {
-            self.entries.range(from..=to)
-        } else {
-            self.entries.range(from..from)
-        };
-        range.map(|(&packed, &block)| unpack(packed, block))
+        self.entries
+            .from((from, 0))
+            .take_while(move |&(packed, _)| packed < to)
+            .map(|(packed, block)| unpack(packed, block))
     }
 
     /// The blocks of `stream` smaller than `size`, largest (then highest) first.
     #[inline]
     pub fn below_descending(&self, stream: u32, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
         let from = pack(stream, 0, 0);
+        // Every key of the stream is below its last possible one, which no block has.
         let to = if size < ADDRESS_LIMIT {
             pack(stream, size, 0)
         } else {
-            pack(stream, 0, 0) | ((1u128 << (2 * GRANULE_BITS)) - 1)
+            from | ((1u128 << (2 * GRANULE_BITS)) - 1)
         };
-        let range = if size < ADDRESS_LIMIT {
-            self.entries.range(from..to)
-        } else {
-            self.entries.range(from..=to)
-        };
-        range.rev().map(|(&packed, &block)| unpack(packed, block))
+        self.entries
+            .below((to, 0))
+            .rev()
+            .take_while(move |&(packed, _)| packed >= from)
+            .map(|(packed, block)| unpack(packed, block))
     }
 
     /// Every block, in (stream, size, address) order.
     pub fn iter(&self) -> impl Iterator<Item = FreeKey> + '_ {
         self.entries
-            .iter()
-            .map(|(&packed, &block)| unpack(packed, block))
+            .all()
+            .map(|(packed, block)| unpack(packed, block))
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.len
     }
 }
 

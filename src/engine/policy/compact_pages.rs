@@ -120,25 +120,40 @@ fn place(state: StateView<'_>, kind: SegmentKind, stream: u32, rounded: u64) -> 
         };
         Some((place.needed, below + size, place))
     };
-    let after_free = state
+    // The first place with the fewest bytes to map, then the smallest run, over the three
+    // searches in turn (plain loops: this runs on every miss, often twice).
+    let mut best: Option<(u64, u64, Place)> = None;
+    let mut offer = |unmapped: u32| {
+        if let Some(found) = consider(unmapped)
+            && best.is_none_or(|b| (found.0, found.1) < (b.0, b.1))
+        {
+            best = Some(found);
+        }
+    };
+    for key in state
+        .unmapped_fits(kind, stream, rounded)
+        .take(SEARCH_DEPTH)
+    {
+        offer(key.block);
+    }
+    for key in state
+        .unmapped_below(kind, stream, rounded)
+        .take(SEARCH_DEPTH)
+    {
+        offer(key.block);
+    }
+    // The largest free blocks below the request that unmapped space follows.
+    for key in state
         .free_blocks(kind)
         .below_descending(stream, rounded)
         .take(SEARCH_DEPTH)
-        .map(|key| state.next(key.block))
-        .filter(|&next| state.is_unmapped_block(next));
-    state
-        .unmapped_fits(kind, stream, rounded)
-        .take(SEARCH_DEPTH)
-        .chain(
-            state
-                .unmapped_below(kind, stream, rounded)
-                .take(SEARCH_DEPTH),
-        )
-        .map(|key| key.block)
-        .chain(after_free)
-        .filter_map(consider)
-        .min_by_key(|&(needed, run, _)| (needed, run))
-        .map(|(_, _, place)| place)
+    {
+        let next = state.next(key.block);
+        if state.is_unmapped_block(next) {
+            offer(next);
+        }
+    }
+    best.map(|(_, _, place)| place)
 }
 
 impl CompactPagesPolicy {

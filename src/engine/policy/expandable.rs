@@ -132,32 +132,52 @@ impl ExpandablePolicy {
 
 /// PyTorch's `get_free_block` with expandable segments: best fit, but step on to the next
 /// larger block while it can grow less (is not followed by as much unmapped space).
+///
+/// The common case costs one best-fit search and one look at the found block's neighbour,
+/// as `policy:pytorch`'s best fit does; the walk runs only where that neighbour is unmapped.
+#[inline]
 pub(crate) fn candidate_rule(
     state: StateView<'_>,
     kind: SegmentKind,
     stream: u32,
     rounded: u64,
 ) -> Option<FreeKey> {
-    let mut fits = state.free_blocks(kind).fits_ascending(stream, rounded);
-    let mut best = fits.next()?;
-    // Blocks come in ascending size, so a block with no unmapped space after it can grow no
-    // more than any later one: the search stops at the first such block. Most blocks are
-    // like that, and then plain best fit is the answer.
-    while let tail = state.next(best.block)
-        && state.is_unmapped_block(tail)
-    {
-        let best_room = best.size + state.block_size(tail);
-        let Some(next) = fits.next() else {
-            break;
-        };
-        if expandable_size(state, next.block) >= best_room {
-            break;
-        }
-        best = next;
+    let mut best = state.free_blocks(kind).best_fit(stream, rounded)?;
+    let tail = state.next(best.block);
+    if state.is_unmapped_block(tail) {
+        best = walk_past_tails(state, kind, best, tail);
     }
     state
         .passes_oversize_rules(best.size, rounded)
         .then_some(best)
+}
+
+/// From `best`, a best fit followed by the unmapped block `tail`: the next larger blocks, as
+/// long as each can grow less than the one before (its size plus its unmapped tail).
+/// Blocks come in ascending size, so a block with no unmapped space after it can grow no
+/// more than any later one: the walk stops at the first such block.
+#[inline(never)]
+fn walk_past_tails(
+    state: StateView<'_>,
+    kind: SegmentKind,
+    mut best: FreeKey,
+    mut tail: u32,
+) -> FreeKey {
+    let index = state.free_blocks(kind);
+    loop {
+        let best_room = best.size + state.block_size(tail);
+        let Some(next) = index.successor(best) else {
+            return best;
+        };
+        if expandable_size(state, next.block) >= best_room {
+            return best;
+        }
+        best = next;
+        tail = state.next(best.block);
+        if !state.is_unmapped_block(tail) {
+            return best;
+        }
+    }
 }
 
 impl PlacementPolicy for ExpandablePolicy {
