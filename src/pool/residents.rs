@@ -8,7 +8,7 @@
 //! offsets, copies the contents back, and frees the host block. The block keeps its buffer
 //! and offset throughout: bind groups that name it stay valid.
 //!
-//! Two declarations of the application's save copies:
+//! Two declarations by the application save copies:
 //! - a **read-only** block keeps its host copy when it is restored (the copy stays current,
 //!   since nothing writes the block), so evicting it again only unmaps. Kept copies are a
 //!   cache: when the host limit refuses a block, they are dropped, most recently used block
