@@ -14,6 +14,7 @@ use wgpool::kernels::{KernelCall, Kernels};
 use wgpool::pool::{
     Block, Pool, PoolOptions, ReadWriteError, ResidencyError, ResidencyOptions, ResidencyStats,
 };
+use wgpool::staging::{StagingError, StagingOptions, StagingPool};
 
 const MIB: u64 = 1 << 20;
 /// A block: 2 MiB, of which at least 1.5 MiB (three pages) are its own.
@@ -105,7 +106,15 @@ fn a_read_only_block_is_evicted_again_without_a_copy() {
         "{error}"
     );
     assert!(error.to_string().contains("read-only"), "{error}");
-    assert_pattern(&pool, &weights, 7, "after the refused write");
+    let staging = StagingPool::from_pool(&pool, StagingOptions::default()).unwrap();
+    let refused = staging
+        .upload(&weights, &pattern_bytes(9, BLOCK))
+        .unwrap_err();
+    assert!(
+        matches!(refused, StagingError::ReadOnly { .. }),
+        "{refused}"
+    );
+    assert_pattern(&pool, &weights, 7, "after the refused writes");
     pool.set_read_only(&weights, false).unwrap();
     assert!(!pool.is_read_only(&weights));
     assert_eq!(stats(&pool).kept_copy_bytes, 0);

@@ -303,6 +303,15 @@ impl Block {
         Ok(())
     }
 
+    /// Whether the block is declared read-only in a pool with residency
+    /// ([`Pool::set_read_only`](super::Pool::set_read_only)).
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.parts
+            .residence
+            .as_ref()
+            .is_some_and(|r| r.is_read_only())
+    }
+
     /// Whether the block is evicted (a pool with residency could not bring it back when it
     /// was last used).
     ///

@@ -188,12 +188,7 @@ impl Pool {
 
     /// Whether `block` is declared read-only ([`set_read_only`](Pool::set_read_only)).
     pub fn is_read_only(&self, block: &Block) -> bool {
-        self.owns(block)
-            && block
-                .parts()
-                .residence
-                .as_ref()
-                .is_some_and(|r| r.is_read_only())
+        self.owns(block) && block.is_read_only()
     }
 
     /// Declares that `block`'s contents are not needed before its next use: the next step

@@ -20,6 +20,17 @@ pub enum StagingError {
         /// The operation, for example `upload`.
         what: &'static str,
     },
+    /// The destination block is declared read-only
+    /// ([`Pool::set_read_only`](crate::pool::Pool::set_read_only)): a write would be lost at
+    /// its next eviction.
+    #[error(
+        "{what}: the block is declared read-only (Pool::set_read_only); take the declaration \
+         back before writing it"
+    )]
+    ReadOnly {
+        /// The operation, for example `upload`.
+        what: &'static str,
+    },
     /// More bytes than the destination holds.
     #[error(
         "{what}: {len} bytes do not fit into {destination} of {} ({capacity} bytes); \

@@ -67,6 +67,9 @@ pub(crate) fn check_upload(
     if !block.is_on(device) {
         return Err(StagingError::ForeignDevice { what });
     }
+    if block.is_read_only() {
+        return Err(StagingError::ReadOnly { what });
+    }
     if len > block.size() {
         return Err(StagingError::TooLong {
             what,
