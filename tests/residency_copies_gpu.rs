@@ -12,7 +12,8 @@ use common::{gpu, pattern_bytes};
 use wgpool::config::Config;
 use wgpool::kernels::{KernelCall, Kernels};
 use wgpool::pool::{
-    Block, Pool, PoolOptions, ReadWriteError, ResidencyError, ResidencyOptions, ResidencyStats,
+    BindingError, Block, BlockBindings, Pool, PoolOptions, ReadWriteError, ResidencyError,
+    ResidencyOptions, ResidencyStats,
 };
 use wgpool::staging::{StagingError, StagingOptions, StagingPool};
 
@@ -114,6 +115,13 @@ fn a_read_only_block_is_evicted_again_without_a_copy() {
         matches!(refused, StagingError::ReadOnly { .. }),
         "{refused}"
     );
+    // A bind group may read it, not write it.
+    assert!(BlockBindings::new().read(0, &weights).check().is_ok());
+    let bound = BlockBindings::new()
+        .read_write(0, &weights)
+        .check()
+        .unwrap_err();
+    assert!(matches!(bound, BindingError::ReadOnlyBlock), "{bound}");
     assert_pattern(&pool, &weights, 7, "after the refused writes");
     pool.set_read_only(&weights, false).unwrap();
     assert!(!pool.is_read_only(&weights));

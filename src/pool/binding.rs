@@ -302,6 +302,11 @@ impl<'a> BlockBindings<'a> {
         block: &'a Block,
         window: Result<wgpu::BufferBinding<'a>, BindingError>,
     ) -> Self {
+        let window = if access == BindingAccess::ReadWrite && block.is_read_only() {
+            Err(BindingError::ReadOnlyBlock)
+        } else {
+            window
+        };
         match window {
             Ok(window) => self.entries.push(Entry {
                 binding,
@@ -324,7 +329,9 @@ impl<'a> BlockBindings<'a> {
     ///
     /// # Errors
     ///
-    /// The first binding error met while adding blocks, then
+    /// The first binding error met while adding blocks (among them
+    /// [`BindingError::ReadOnlyBlock`] for a read-write binding of a block declared
+    /// read-only), then
     /// [`BindingError::ForeignDevice`], [`BindingError::DuplicateBinding`] or
     /// [`BindingError::ReadOnlyConflict`].
     pub fn check(&self) -> Result<(), BindingError> {

@@ -70,6 +70,13 @@ pub enum PoolError {
 #[derive(Clone, PartialEq, Error)]
 #[non_exhaustive]
 pub enum BindingError {
+    /// A read-write binding of a block declared read-only
+    /// ([`Pool::set_read_only`](super::Pool::set_read_only)).
+    #[error(
+        "the block is declared read-only (Pool::set_read_only), so it cannot be bound \
+         read-write: bind it with `read`, or take the declaration back first"
+    )]
+    ReadOnlyBlock,
     /// The block is larger than the device lets one binding be.
     #[error(
         "block of {} ({size} bytes) exceeds the device's {kind} binding limit of {} ({limit} bytes); \
