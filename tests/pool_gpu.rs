@@ -612,6 +612,46 @@ fn reuse_cache_keeps_statistics_exact_and_blocks_outlive_the_pool() {
     drop((other, survivor));
 }
 
+/// A freed block's record serves a later block, of its own segment or another: the later
+/// block must name its own segment's buffer, never the one the record held before.
+#[test]
+fn reused_records_name_the_buffer_of_their_new_block() {
+    let gpu = common::gpu();
+    let pool = pool(gpu, "policy:pytorch,expandable_segments:False");
+    const MIB: u64 = 1 << 20;
+    // Two large blocks: a segment each. (`segment()` names the buffer without exposing the
+    // block, which would hold it back until a submission point: see FreeTiming.)
+    let a = pool.alloc(12 * MIB).unwrap();
+    let b = pool.alloc(12 * MIB).unwrap();
+    let (a_segment, b_segment) = (a.segment(), b.segment());
+    assert_ne!(a_segment, b_segment);
+    // A's record serves a block in A's segment: the one free place that fits.
+    drop(a);
+    let c = pool.alloc(6 * MIB).unwrap();
+    assert_eq!(c.segment(), a_segment);
+    // B's record serves a block that best fit puts in what is left of A's segment.
+    drop(b);
+    let d = pool.alloc(5 * MIB).unwrap();
+    assert_eq!(
+        d.segment(),
+        a_segment,
+        "best fit: A's 6 MiB rather than B's 12"
+    );
+    // And a new block in B's segment.
+    let e = pool.alloc(12 * MIB).unwrap();
+    assert_eq!(e.segment(), b_segment);
+    assert_eq!(c.buffer(), d.buffer(), "both are in A's segment");
+    assert_ne!(d.buffer(), e.buffer(), "the record d took held B's buffer");
+    // Their bytes are their own.
+    for (block, seed) in [(&c, 1u32), (&d, 2), (&e, 3)] {
+        pool.write(block, &pattern(seed, block.size())).unwrap();
+    }
+    for (block, seed) in [(&c, 1u32), (&d, 2), (&e, 3)] {
+        assert!(pool.read(block).unwrap() == pattern(seed, block.size()));
+    }
+    pool.check_consistency().unwrap();
+}
+
 /// The sequence of issue 13, item 1: a kernel recorded on block A, A dropped, a new block
 /// written, then the encoder submitted with the application's own `queue.submit`.
 fn a_block_dropped_before_its_commands_are_submitted_keeps_its_bytes_for_them_in(

@@ -76,9 +76,8 @@ impl Pool {
         size: u64,
         label: Option<Arc<str>>,
     ) -> Result<Block, AllocError> {
-        let (mut state, recycled) = self.shared.lock_flushed_keeping_record();
-        let (shared, record) = recycled.unzip();
-        let placed = match self.place_on_device(&mut state, size, record) {
+        let (mut state, shared) = self.shared.lock_flushed_keeping_reference();
+        let placed = match self.place_on_device(&mut state, size) {
             Ok(parts) => parts,
             Err(AllocError::OutOfMemory(mut oom)) => {
                 oom.held_for_submission = (state.held_bytes > 0).then_some(state.held_bytes);
@@ -111,13 +110,12 @@ impl Pool {
     }
 
     /// Places a device block of `size` bytes; in a pool with residency, evicts blocks to
-    /// make room when the budget is full, and tracks the new block. Its record goes in
-    /// `record` where the caller has a box that names no block any more.
+    /// make room when the budget is full, and tracks the new block. Its record comes from
+    /// the record shelf where a block of the same segment left one.
     pub(super) fn place_on_device(
         &self,
         state: &mut PoolState,
         size: u64,
-        record: Option<Box<BlockParts>>,
     ) -> Result<Box<BlockParts>, AllocError> {
         let mut failures = 0u32;
         let allocation = loop {
@@ -165,10 +163,10 @@ impl Pool {
             log.block(Action::Alloc, &allocation, 0, now_us());
         }
         let (buffer, wrapper, inherited) = state.memory.block_buffer(&allocation);
-        // A record from a freed block is reset in place (it keeps its buffer handle when the
-        // new block is in the same buffer); a new one is built in its box: every move of the
-        // record by value is a copy on the allocation path.
-        let mut parts = match record {
+        // A record from a freed block of the segment is reset in place (it keeps its buffer
+        // handle when the new block is in the same buffer); a new one is built in its box:
+        // every move of the record by value is a copy on the allocation path.
+        let mut parts = match state.shelf.take(allocation.segment) {
             Some(mut record) => {
                 let buffer = (record.buffer != *buffer).then(|| buffer.clone());
                 record.reset(allocation, buffer, Residency::Device);
@@ -247,8 +245,11 @@ impl Pool {
             engine,
             memory,
             host,
+            shelf,
             ..
         } = &mut *state;
+        // The shelf's records may name buffers about to be destroyed.
+        shelf.clear();
         engine.empty_cache(memory);
         if let Some(host) = host {
             host.engine.empty_cache(&mut host.segments);

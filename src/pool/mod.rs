@@ -45,6 +45,7 @@ mod movement;
 mod options;
 mod pool_shared;
 mod read_write;
+mod record_shelf;
 mod recordings;
 mod residence;
 mod residency;
@@ -253,6 +254,7 @@ impl Pool {
                     host_overflows: 0,
                     labels: Default::default(),
                     residents,
+                    shelf: Default::default(),
                 }),
                 reuse,
                 handles: AtomicUsize::new(1),

@@ -55,19 +55,20 @@ impl Pool {
             return Ok(());
         }
         let mut state = self.shared.lock_flushed();
-        let mut target = self
-            .place_on_device(&mut state, block.size(), None)
-            .map_err(|error| match error {
-                AllocError::OutOfMemory(mut oom) => {
-                    oom.host_overflow = state
-                        .host
-                        .as_ref()
-                        .map(|h| h.engine.memory_stats().allocated_bytes.all.current);
-                    oom.held_for_submission = (state.held_bytes > 0).then_some(state.held_bytes);
-                    MoveError::Alloc(AllocError::OutOfMemory(oom))
-                }
-                other => MoveError::Alloc(other),
-            })?;
+        let mut target =
+            self.place_on_device(&mut state, block.size())
+                .map_err(|error| match error {
+                    AllocError::OutOfMemory(mut oom) => {
+                        oom.host_overflow = state
+                            .host
+                            .as_ref()
+                            .map(|h| h.engine.memory_stats().allocated_bytes.all.current);
+                        oom.held_for_submission =
+                            (state.held_bytes > 0).then_some(state.held_bytes);
+                        MoveError::Alloc(AllocError::OutOfMemory(oom))
+                    }
+                    other => MoveError::Alloc(other),
+                })?;
         let bindable = state.host.as_ref().is_some_and(|h| h.bindable);
         let copied = if bindable {
             self.dma(block.parts(), &target)

@@ -9,6 +9,7 @@ use super::Residency;
 use super::block::{BlockParts, TRANSFERRED};
 use super::error::PoolError;
 use super::options::{FreeTiming, HeldLimitAction};
+use super::record_shelf::RecordShelf;
 use super::residence::UseClock;
 use super::residents::{Residents, free_host};
 use super::reuse_cache::{self, CacheOwner, ReuseCache};
@@ -52,6 +53,8 @@ pub(crate) struct PoolState {
     pub labels: HashMap<(Residency, BlockId), LabelledBlock>,
     /// The residency manager, in a pool with residency.
     pub residents: Option<Residents>,
+    /// Records of freed blocks, for the next blocks of their segments.
+    pub shelf: RecordShelf,
 }
 
 /// Where a live labelled block is.
@@ -157,7 +160,7 @@ impl PoolShared {
             if shared.may_be_recorded(&parts) {
                 shared.hold(&mut state, *parts);
             } else {
-                free_to_engine(&mut state, parts);
+                free_to_shelf(&mut state, parts);
             }
             return;
         }
@@ -166,17 +169,17 @@ impl PoolShared {
             // Host blocks, labelled blocks and blocks residency tracks return through the
             // engine: the reuse cache serves untracked device blocks without labels only.
             let mut state = shared.lock();
-            free_to_engine(&mut state, parts);
+            free_to_shelf(&mut state, parts);
             return;
         }
         if shared.recording() {
             let mut state = shared.lock();
-            free_to_engine(&mut state, parts);
+            free_to_shelf(&mut state, parts);
             return;
         }
         if let Err((shared, parts)) = reuse_cache::park(shared, parts) {
             let mut state = shared.lock();
-            free_to_engine(&mut state, parts);
+            free_to_shelf(&mut state, parts);
         }
     }
 
@@ -253,22 +256,22 @@ impl PoolShared {
     /// Locks the state and returns every block of the reuse cache to the engine first, so
     /// that the engine sees all free memory and exact statistics.
     pub fn lock_flushed(&self) -> MutexGuard<'_, PoolState> {
-        // Dropping the kept record and its pool reference is safe: the caller reached
-        // `self` through a reference of its own, so that one is not the last.
-        self.lock_flushed_keeping_record().0
+        // Dropping the kept pool reference is safe: the caller reached `self` through a
+        // reference of its own, so that one is not the last.
+        self.lock_flushed_keeping_reference().0
     }
 
-    /// [`lock_flushed`](Self::lock_flushed), which also hands back the record and pool
-    /// reference of the block the cache returned to the engine last (if any): an allocation
-    /// reuses both for its block instead of allocating a record and counting the pool
-    /// reference down and up again. The record no longer names any block.
-    pub fn lock_flushed_keeping_record(&self) -> (MutexGuard<'_, PoolState>, Option<Recycled>) {
+    /// [`lock_flushed`](Self::lock_flushed), which also hands back the pool reference of the
+    /// block the cache returned to the engine last (if any): an allocation gives it to its
+    /// block instead of counting the pool's references down and up again. The records of
+    /// the blocks returned go on the record shelf.
+    pub fn lock_flushed_keeping_reference(
+        &self,
+    ) -> (MutexGuard<'_, PoolState>, Option<Arc<PoolShared>>) {
         let mut state = self.lock();
         // Dropping the parked blocks' pool references is safe: the caller reached `self`
         // through a reference of its own, so none of these is the last one.
-        let (counts, kept) = self
-            .reuse
-            .drain_keeping_last(|parts| free_to_engine(&mut state, parts));
+        let (counts, kept) = self.reuse.drain(|parts| free_to_shelf(&mut state, parts));
         for kind in [SegmentKind::Small, SegmentKind::Large] {
             let i = kind.index();
             if counts.reuses[i] > 0 {
@@ -289,10 +292,6 @@ impl PoolShared {
         (state, kept)
     }
 }
-
-/// A pool reference and a boxed record that no longer names a block, ready for the next
-/// block ([`PoolShared::lock_flushed_keeping_record`]).
-pub(crate) type Recycled = (Arc<PoolShared>, Box<BlockParts>);
 
 impl CacheOwner for PoolShared {
     type Parts = BlockParts;
@@ -327,6 +326,12 @@ pub(crate) const MISSING_SUBMIT: &str = "Commands that use them were recorded on
      the thread that recorded them. If another thread submits its command buffers, hand the \
      recording over with Pool::take_recording, or call Pool::mark_all_submitted once \
      everything recorded so far is submitted.";
+
+/// Returns a block to the engine that handed it out, and its record to the record shelf.
+pub(crate) fn free_to_shelf(state: &mut PoolState, mut parts: Box<BlockParts>) {
+    free_to_engine(state, &mut *parts);
+    state.shelf.put(parts);
+}
 
 /// Returns a block to the engine that handed it out. The record itself stays with the
 /// caller (boxed or not), to be dropped or reused for another block: what it names is no

@@ -27,7 +27,7 @@
 //!    memory alive. That is sound because [`park`] either stores the reference inside that
 //!    same memory (which then cannot be freed: the stored reference holds it) or hands it
 //!    back to its caller; no path drops it inside the call. The cycle this makes (owner →
-//!    cache → reference → owner) is broken by [`ReuseCache::drain_keeping_last`], which runs through a
+//!    cache → reference → owner) is broken by [`ReuseCache::drain`], which runs through a
 //!    reference of its own (a `Pool` handle), and the cache refuses to park once the owner's
 //!    last handle is gone, so no cycle outlives the pool. The unit tests below check both:
 //!    a refused park returns the last reference alive, and draining drops each parked
@@ -183,34 +183,28 @@ impl<O, P: Reusable> ReuseCache<O, P> {
     }
 
     /// Empties the cache: hands each parked record to `free` (to free its block through the
-    /// engine), in the order they were parked, and returns the reuse counts since the last
-    /// drain. The block parked last comes back to the caller after `free` has seen it: its
-    /// owner reference and its boxed record, for the caller to reuse for its next block
-    /// rather than drop both and make new ones; every other record and reference is dropped
-    /// after `free` saw it. The caller must reach the cache through a reference of its own,
-    /// not one of the parked ones (rule 2), so dropping the parked references never drops
-    /// the owner under it, and the one handed back is not its last. `free` runs under the
-    /// cache's flag and must not reach the cache; other threads meanwhile neither park nor
-    /// take (they go to the engine instead).
-    pub fn drain_keeping_last(
-        &self,
-        mut free: impl FnMut(&mut P),
-    ) -> (ReuseCounts, Option<Parked<O, P>>) {
+    /// engine, and keep or drop the record), in the order they were parked, and returns the
+    /// reuse counts since the last drain. The owner reference of the block parked last comes
+    /// back to the caller, for its next block rather than count the owner's references down
+    /// and up again; every other parked reference is dropped. The caller must reach the
+    /// cache through a reference of its own, not one of the parked ones (rule 2), so
+    /// dropping the parked references never drops the owner under it, and the one handed
+    /// back is not its last. `free` runs under the cache's flag and must not reach the
+    /// cache; other threads meanwhile neither park nor take (they go to the engine instead).
+    pub fn drain(&self, mut free: impl FnMut(Box<P>)) -> (ReuseCounts, Option<Arc<O>>) {
         if !self.occupied.load(Ordering::Relaxed) {
             // Nothing parked and nothing counted: a block parked from now on is parked
             // after this drain.
             return (ReuseCounts::default(), None);
         }
         self.with(|c| {
-            let last = c.parked.pop();
-            for (_reference, mut parts) in c.parked.drain(..) {
-                free(&mut parts);
+            let mut kept = None;
+            for (reference, parts) in c.parked.drain(..) {
+                free(parts);
+                // The previous one drops here: never the owner's last reference (above).
+                kept = Some(reference);
             }
-            let last = last.map(|(reference, mut parts)| {
-                free(&mut parts);
-                (reference, parts)
-            });
-            (std::mem::take(&mut c.counts), last)
+            (std::mem::take(&mut c.counts), kept)
         })
     }
 }
@@ -344,31 +338,26 @@ mod tests {
         drop((back, item));
         // The owner's last handle goes: count it down, then drain through our own reference.
         owner.handles.store(0, Ordering::SeqCst);
-        let mut ids = Vec::new();
-        let (counts, kept) = owner.cache.drain_keeping_last(|parts| ids.push(parts.id));
+        let mut records = Vec::new();
+        let (counts, kept) = owner.cache.drain(|parts| records.push(parts));
         assert_eq!(counts, ReuseCounts::default(), "nothing was reused");
         assert_eq!(
-            ids,
+            records.iter().map(|r| r.id).collect::<Vec<_>>(),
             (0..CAPACITY as u64).collect::<Vec<_>>(),
             "each block once, in the order parked"
         );
-        let (reference, record) = kept.expect("the cache held blocks");
-        assert_eq!(
-            record.id,
-            CAPACITY as u64 - 1,
-            "the last one parked is kept"
-        );
         assert_eq!(
             part_drops.load(Ordering::SeqCst),
-            CAPACITY as u64,
-            "every other record was dropped"
+            1,
+            "only the refused record was dropped: the parked ones went to the caller"
         );
+        let reference = kept.expect("the cache held blocks");
         assert_eq!(
             Arc::strong_count(&owner),
             2,
             "every other parked reference was dropped"
         );
-        drop((reference, record));
+        drop((reference, records));
         assert_eq!(Arc::strong_count(&owner), 1);
         assert_eq!(part_drops.load(Ordering::SeqCst), CAPACITY as u64 + 1);
         assert_eq!(owner_drops.load(Ordering::SeqCst), 0);
@@ -392,15 +381,15 @@ mod tests {
         let (_, second) = owner.cache.take(100).expect("another one");
         assert_eq!((first.id, second.id), (3, 1));
         assert!(owner.cache.take(100).is_none());
-        let mut rest = 0;
-        let (counts, kept) = owner.cache.drain_keeping_last(|_| rest += 1);
-        assert_eq!(rest, 1);
-        assert_eq!(kept.map(|(_, record)| record.id), Some(2));
+        let mut rest = Vec::new();
+        let (counts, kept) = owner.cache.drain(|record| rest.push(record.id));
+        assert_eq!(rest, vec![2]);
+        assert!(kept.is_some());
         assert_eq!(counts.reuses, [2, 0]);
         assert_eq!(counts.bytes, [1024, 0]);
         assert_eq!(counts.requested, [200, 0]);
         assert_eq!(
-            owner.cache.drain_keeping_last(|_| {}).0,
+            owner.cache.drain(drop).0,
             ReuseCounts::default(),
             "a drain resets the counts"
         );
@@ -473,7 +462,7 @@ mod tests {
             returned += r;
         }
         let mut parked = 0u64;
-        drop(owner.cache.drain_keeping_last(|_| parked += 1));
+        drop(owner.cache.drain(|_| parked += 1));
         assert_eq!(
             made,
             returned + parked,
