@@ -55,8 +55,9 @@ pub struct ChunkPolicy {
     /// Whether a map larger than the preferred chunk allocates the preferred chunk on top of
     /// its shortfall, in the same call.
     pub spare_on_large: bool,
-    /// Whether a map binds free pages (up to a preferred chunk) right after its end, so that
-    /// the next map there needs no bind call ([`PagedMemory::map`](super::PagedMemory::map)).
+    /// Whether a map binds free pages (one free run, up to a preferred chunk) right after its
+    /// end, so that the next map there needs no bind call
+    /// ([`PagedMemory::map`](super::PagedMemory::map)).
     pub bind_spare: bool,
 }
 
@@ -359,32 +360,40 @@ impl Chunks {
         let mut runs = Vec::new();
         let mut left = pages;
         while left > 0 {
-            let want = left.min(u32::MAX as u64) as u32;
-            // Best fit: the shortest free run that holds all that is left, else the longest.
-            let pick = self
-                .by_length
-                .range((want, 0, 0)..)
-                .next()
-                .or_else(|| self.by_length.iter().next_back())
-                .copied()
-                .expect("enough free pages were ensured");
-            let (length, chunk, first) = pick;
-            let used = length.min(want);
-            self.remove_free(chunk, first, length);
-            if used < length {
-                self.insert_free(chunk, first + used, length - used);
-            }
-            runs.push(PhysicalRun {
-                chunk,
-                first,
-                pages: used,
-            });
-            left -= used as u64;
+            let run = self.take_run(left).expect("enough free pages were ensured");
+            left -= u64::from(run.pages);
+            runs.push(run);
         }
         if grew {
             self.refill(sparse, limit);
         }
         Ok(runs)
+    }
+
+    /// Takes up to `pages` free pages from one free run, allocating nothing: the shortest
+    /// run that holds them all, else the longest (so at most `pages` pages, one run and one
+    /// bind entry however fragmented the free pages are); `None` when no page is free.
+    pub fn take_run(&mut self, pages: u64) -> Option<PhysicalRun> {
+        let want = pages.min(u32::MAX as u64) as u32;
+        if want == 0 {
+            return None;
+        }
+        let (length, chunk, first) = self
+            .by_length
+            .range((want, 0, 0)..)
+            .next()
+            .or_else(|| self.by_length.iter().next_back())
+            .copied()?;
+        let used = length.min(want);
+        self.remove_free(chunk, first, length);
+        if used < length {
+            self.insert_free(chunk, first + used, length - used);
+        }
+        Some(PhysicalRun {
+            chunk,
+            first,
+            pages: used,
+        })
     }
 
     /// Takes the given free pages (a run returned with [`give`](Self::give) and not taken
@@ -451,6 +460,14 @@ impl Chunks {
         self.chunks[chunk as usize]
             .as_ref()
             .map_or(0, |c| u64::from(c.pages - c.free_pages))
+    }
+
+    /// Whether some chunk has between 1 and `pages` pages taken.
+    pub fn some_taken_at_most(&self, pages: u64) -> bool {
+        self.chunks.iter().flatten().any(|c| {
+            let taken = u64::from(c.pages - c.free_pages);
+            taken > 0 && taken <= pages
+        })
     }
 
     /// Whether some chunk has no page taken.

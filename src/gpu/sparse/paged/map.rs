@@ -32,8 +32,8 @@ impl PagedMemory {
     /// Parts of the runs that spare pages of the range already back are mapped with no bind.
     /// The rest takes free pages of the chunks; where they are too few, the spare pages of
     /// every range are unbound in the same call, and only then is a chunk allocated. Free
-    /// pages left over (up to a preferred chunk) are bound as spare right after the map's
-    /// end, as far as the range has unmapped room there.
+    /// pages left over (one free run of them, up to a preferred chunk) are bound as spare
+    /// right after the map's end, as far as the range has unmapped room there.
     pub fn map(&mut self, id: u32, runs: &[(u64, u64)]) -> Result<(), SparseError> {
         let page = self.page_size();
         self.check_runs(id, runs)?;
@@ -150,9 +150,9 @@ impl PagedMemory {
     }
 
     /// The spare pages a map of `runs` of range `id` binds right after its end: free pages
-    /// of the chunks, up to a preferred chunk, as far as the range has unbound room there;
-    /// none where the map unbinds spare pages of this range (a range of a resource is bound
-    /// at most once per batch).
+    /// of the chunks from one free run, up to a preferred chunk, as far as the range has
+    /// unbound room there; none where the map unbinds spare pages of this range (a range of
+    /// a resource is bound at most once per batch).
     fn spare_after(&mut self, id: u32, runs: &[(u64, u64)], taken: &SpareTaken) -> Vec<Placed> {
         let page = self.page_size();
         let map_end = runs.iter().map(|&(o, l)| o + l).max().unwrap_or(0);
@@ -170,17 +170,9 @@ impl PagedMemory {
         let pages = (room_end.saturating_sub(map_end) / page)
             .min(self.chunks.free_pages())
             .min(self.chunks.preferred_pages());
-        if pages > 0 {
-            let taken = self
-                .chunks
-                .take(&self.sparse, pages, None)
-                .expect("no more pages than are free");
-            let mut at = map_end;
-            for run in taken {
-                spare.push((at, run));
-                at += run.pages as u64 * page;
-            }
-        }
+        // One free run at most: spare pages are a bet on the next map, not worth a bind entry
+        // and an extent for every fragment of free memory.
+        spare.extend(self.chunks.take_run(pages).map(|run| (map_end, run)));
         spare
     }
 

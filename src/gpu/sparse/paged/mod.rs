@@ -425,6 +425,12 @@ impl PagedMemory {
     /// Whether some chunk has no page taken but spare ones, so that unbinding the spare
     /// pages would let it be freed.
     fn spare_keeps_a_chunk(&self) -> bool {
+        // Without allocating: no chunk can be kept by spare pages alone when there are none,
+        // or when every chunk in use has more pages taken than all spare pages together.
+        let spare_pages = self.spare_bytes / self.page_size();
+        if spare_pages == 0 || !self.chunks.some_taken_at_most(spare_pages) {
+            return false;
+        }
         let mut spare_per_chunk: BTreeMap<u32, u64> = BTreeMap::new();
         for state in self.ranges.iter().flatten() {
             for run in state.spare.values() {
