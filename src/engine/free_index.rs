@@ -430,6 +430,7 @@ impl FreeIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::test_rng::xorshift;
     use std::collections::BTreeMap;
 
     #[test]
@@ -455,13 +456,7 @@ mod tests {
     fn searches_match_a_sorted_map() {
         let mut index = FreeIndex::default();
         let mut reference: BTreeMap<(u32, u64, u64), u32> = BTreeMap::new();
-        let mut state = 0x1234_5678_9abc_def0u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x1234_5678_9abc_def0u64);
         let key = |(stream, size, address): (u32, u64, u64), block| FreeKey {
             stream,
             size,

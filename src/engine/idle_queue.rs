@@ -141,6 +141,7 @@ impl IdleQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::test_rng::xorshift;
 
     /// Through removals anywhere, replacements, slots that leave and join again and
     /// compactions, the queue lists what a plain vector in joining order lists.
@@ -148,13 +149,7 @@ mod tests {
     fn keeps_joining_order_as_a_vector_does() {
         let mut queue = IdleQueue::default();
         let mut reference: Vec<u32> = Vec::new();
-        let mut state = 0x243f_6a88_85a3_08d3u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x243f_6a88_85a3_08d3u64);
         for round in 0..20_000 {
             let r = next();
             let slot = (next() % 300) as u32;

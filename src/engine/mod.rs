@@ -63,6 +63,8 @@ mod split_merge;
 mod state;
 pub mod stats;
 mod summary;
+#[cfg(test)]
+mod test_rng;
 mod types;
 
 pub use check::{BlockSnapshot, SegmentSnapshot};

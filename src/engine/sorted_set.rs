@@ -231,6 +231,7 @@ impl<T: Copy> DoubleEndedIterator for Keys<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::test_rng::xorshift;
 
     /// Through growth past the tree threshold and shrinking below the vector one, every
     /// query answers as a `BTreeSet` does.
@@ -238,13 +239,7 @@ mod tests {
     fn answers_as_a_btree_set_in_either_form() {
         let mut set = SortedSet::default();
         let mut reference = BTreeSet::new();
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         let mut became_tree = false;
         for round in 0..6000u32 {
             // Grow for the first half, shrink for the second.
