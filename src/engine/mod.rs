@@ -46,6 +46,7 @@ mod idle;
 mod idle_queue;
 mod invariant_error;
 mod links;
+mod mapped_runs;
 mod mode;
 mod page_layout;
 mod pages;
