@@ -41,7 +41,7 @@ impl EngineState {
     /// Lists a free mapped block among the idle pages if it holds a whole page, as the most
     /// recently freed. The block is not listed: it was allocated or unmapped until now, or
     /// a neighbour that the merge took off the list.
-    #[inline]
+    #[inline(always)]
     pub(super) fn pages_note_idle(&mut self, block: u32) {
         let b = &self.blocks[block as usize];
         let page = self.page_of(b.kind);

@@ -158,7 +158,7 @@ pub(crate) fn candidate_rule(
 /// as long as each can grow less than the one before (its size plus its unmapped tail).
 /// Blocks come in ascending size, so a block with no unmapped space after it can grow no
 /// more than any later one: the walk stops at the first such block.
-#[inline(never)]
+#[inline]
 fn walk_past_tails(state: StateView<'_>, found: Cursor<'_>, mut tail: u32) -> FreeKey {
     let mut cursor = found;
     let mut best = found.key();
