@@ -172,6 +172,49 @@ impl StreamClasses {
     }
 }
 
+/// A free block found in the index, with where it sits there: [`Cursor::next`] finds the
+/// block after it in (size, address) order with a step rather than a search. Valid while
+/// the index is unchanged (it borrows it).
+#[derive(Clone, Copy)]
+pub(crate) struct Cursor<'a> {
+    classes: &'a StreamClasses,
+    class: usize,
+    /// The block's position in its class (see [`SortedSet::after`]).
+    at: usize,
+    packed: u128,
+}
+
+impl<'a> Cursor<'a> {
+    /// The cursor at the first block of an occupied class at or above `class`.
+    #[inline]
+    fn first_from_class(classes: &'a StreamClasses, class: usize) -> Option<Cursor<'a>> {
+        let class = classes.occupied_from(class)?;
+        let (packed, at) = classes.classes[class].first_at()?;
+        Some(Cursor {
+            classes,
+            class,
+            at,
+            packed,
+        })
+    }
+
+    /// The block.
+    #[inline]
+    pub fn key(&self) -> FreeKey {
+        unpack(self.classes.stream, self.packed)
+    }
+
+    /// The next free block of the same stream in (size, address) order: the one
+    /// [`FreeIndex::fits_ascending`] yields after this one.
+    #[inline]
+    pub fn next(self) -> Option<Cursor<'a>> {
+        match self.classes.classes[self.class].after(self.packed, self.at) {
+            Some((packed, at)) => Some(Cursor { packed, at, ..self }),
+            None => Cursor::first_from_class(self.classes, self.class + 1),
+        }
+    }
+}
+
 /// Free blocks of one stream in ascending (size, address) order from a bound: the rest of
 /// one class, then whole classes that the bitmap says are occupied. A plain struct rather
 /// than a chain of adapters, so that taking the first block or two costs little more than
@@ -330,32 +373,34 @@ impl FreeIndex {
         Some(unpack(stream, k))
     }
 
+    /// [`Self::best_fit`] as a [`Cursor`], for a caller that may step on to the next
+    /// larger blocks.
+    #[inline]
+    pub fn best_fit_cursor(&self, stream: u32, size: u64) -> Option<Cursor<'_>> {
+        if size >= ADDRESS_LIMIT {
+            return None;
+        }
+        let classes = self.stream(stream)?;
+        let class = class_of(size);
+        match classes.classes[class].first_from_at(pack(size, 0, 0)) {
+            Some((packed, at)) => Some(Cursor {
+                classes,
+                class,
+                at,
+                packed,
+            }),
+            None => Cursor::first_from_class(classes, class + 1),
+        }
+    }
+
     /// Free blocks of `stream` with at least `size` bytes, smallest first (none from
-    /// [`ADDRESS_LIMIT`] up). The first is [`Self::best_fit`]'s answer, and each later one
-    /// costs a step rather than a search.
+    /// [`ADDRESS_LIMIT`] up). The first is [`Self::best_fit`]'s answer.
     #[inline]
     pub fn fits_ascending(&self, stream: u32, size: u64) -> Ascending<'_> {
         match self.stream(stream) {
             Some(classes) if size < ADDRESS_LIMIT => classes.fits_ascending(size),
             _ => Ascending::empty(),
         }
-    }
-
-    /// The free block of `key`'s stream that comes next after `key` (a free block) in
-    /// (size, address) order: the one [`Self::fits_ascending`] yields after it, found with
-    /// one search as [`Self::best_fit`] finds the first, for a caller that looks past
-    /// `key` only sometimes.
-    #[inline]
-    pub fn successor(&self, key: FreeKey) -> Option<FreeKey> {
-        let classes = self.stream(key.stream)?;
-        let class = class_of(key.size);
-        let bound = pack(key.size, key.address, key.block) + 1;
-        if let Some(k) = classes.classes[class].first_from(bound) {
-            return Some(unpack(key.stream, k));
-        }
-        let above = classes.occupied_from(class + 1)?;
-        let k = classes.classes[above].first()?;
-        Some(unpack(key.stream, k))
     }
 
     /// Free blocks of `stream` smaller than `size`, largest first (all of them from
@@ -385,6 +430,7 @@ impl FreeIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::test_rng::xorshift;
     use std::collections::BTreeMap;
 
     #[test]
@@ -410,13 +456,7 @@ mod tests {
     fn searches_match_a_sorted_map() {
         let mut index = FreeIndex::default();
         let mut reference: BTreeMap<(u32, u64, u64), u32> = BTreeMap::new();
-        let mut state = 0x1234_5678_9abc_def0u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x1234_5678_9abc_def0u64);
         let key = |(stream, size, address): (u32, u64, u64), block| FreeKey {
             stream,
             size,
@@ -454,9 +494,14 @@ mod tests {
                 index.best_fit(probe_stream, probe),
                 expected.first().copied()
             );
-            for pair in expected.windows(2) {
-                assert_eq!(index.successor(pair[0]), Some(pair[1]));
-            }
+            let stepped: Vec<FreeKey> =
+                std::iter::successors(index.best_fit_cursor(probe_stream, probe), |cursor| {
+                    cursor.next()
+                })
+                .map(|cursor| cursor.key())
+                .take(5)
+                .collect();
+            assert_eq!(stepped, expected);
             let expected_below: Vec<FreeKey> = reference
                 .range((probe_stream, 0, 0)..(probe_stream, probe, 0))
                 .rev()

@@ -1,12 +1,11 @@
-//! A least-recently-idle list over slots: the segments that hold a single free block, and in
-//! pages mode the free blocks that hold whole idle pages.
+//! A least-recently-idle list over segments: those that hold a single free block.
 //!
-//! A slot joins at the back when it becomes idle (a segment's last allocated block is freed;
-//! a free block grows to hold a whole page), and leaves when a request takes it or it is
-//! released. Slots join in the order of the engine's clock, so the list stays in idle order
-//! with no sorting, and both joining and leaving cost O(1): `empty_cache`, garbage
-//! collection, the compact policy and page recycling find what is idle without looking
-//! through every free block.
+//! A segment joins at the back when it becomes idle (its last allocated block is freed), and
+//! leaves when a request takes it or it is released. Segments join in the order of the
+//! engine's clock, so the list stays in idle order with no sorting, and both joining and
+//! leaving cost O(1): `empty_cache`, garbage collection and the compact policy find what is
+//! idle without looking through every free block. (Pages mode's idle pages are a lazy
+//! queue instead: `idle_queue`.)
 
 use super::links::NONE;
 
@@ -89,43 +88,6 @@ impl IdleList {
         true
     }
 
-    /// Puts `new` (not in the list) where `old` is, and takes `old` out; returns whether `old`
-    /// was in the list (if not, nothing changes).
-    #[inline]
-    pub fn replace(&mut self, old: u32, new: u32) -> bool {
-        if !self.contains(old) {
-            return false;
-        }
-        debug_assert!(new < OUT);
-        self.grow_to(new);
-        debug_assert!(!self.contains(new), "slot {new} idle twice");
-        let [prev, next] = self.links[old as usize];
-        self.links[new as usize] = [prev, next];
-        if prev == NONE {
-            self.first = new;
-        } else {
-            self.links[prev as usize][1] = new;
-        }
-        if next == NONE {
-            self.last = new;
-        } else {
-            self.links[next as usize][0] = new;
-        }
-        self.links[old as usize][0] = OUT;
-        true
-    }
-
-    /// The least recently idle slot.
-    pub fn first(&self) -> Option<u32> {
-        (self.first != NONE).then_some(self.first)
-    }
-
-    /// The slot after `slot` (which is in the list), or `None` at the end.
-    pub fn next_of(&self, slot: u32) -> Option<u32> {
-        let next = self.links[slot as usize][1];
-        (next != NONE).then_some(next)
-    }
-
     #[inline]
     pub fn contains(&self, segment: u32) -> bool {
         self.links
@@ -173,15 +135,7 @@ mod tests {
         assert_eq!(list.iter().collect::<Vec<_>>(), [3]);
         list.push_back(8);
         list.push_back(1);
-        assert!(list.replace(8, 20), "in the middle");
-        assert!(list.replace(3, 4), "at the front");
-        assert!(list.replace(1, 2), "at the back");
-        assert!(!list.replace(8, 9), "no longer there");
-        assert_eq!(list.iter().collect::<Vec<_>>(), [4, 20, 2]);
-        assert_eq!(
-            (list.first(), list.next_of(20), list.next_of(2)),
-            (Some(4), Some(2), None)
-        );
-        assert!(!list.contains(8) && list.contains(20) && list.len() == 3);
+        assert_eq!(list.iter().collect::<Vec<_>>(), [3, 8, 1]);
+        assert!(list.contains(8) && !list.contains(20) && list.len() == 3);
     }
 }

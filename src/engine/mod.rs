@@ -19,8 +19,8 @@
 //! a CPU cache hint), `check` (snapshots and the recount), `mode` (the memory mode, decided
 //! once), `source` (the [`SegmentSource`] trait) and `simulated` ([`VirtualSegments`]),
 //! `page_layout` (pages mode's sizes and state) and `pages` (ranges mapped and unmapped),
-//! `evict` (pages mode: allocated blocks whose interior pages are unmapped), `stats` and
-//! `summary`.
+//! `evict` (pages mode: allocated blocks whose interior pages are unmapped), `idle` (the
+//! idle segments) and `idle_queue` (pages mode's idle pages), `stats` and `summary`.
 //!
 //! ```
 //! use wgpool::config::Config;
@@ -43,8 +43,10 @@ mod error;
 mod evict;
 pub(crate) mod free_index;
 mod idle;
+mod idle_queue;
 mod invariant_error;
 mod links;
+mod mapped_runs;
 mod mode;
 mod page_layout;
 mod pages;
@@ -62,6 +64,8 @@ mod split_merge;
 mod state;
 pub mod stats;
 mod summary;
+#[cfg(test)]
+mod test_rng;
 mod types;
 
 pub use check::{BlockSnapshot, SegmentSnapshot};

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use super::size_order::SizeOrder;
 use std::ops::Range;
 
-use super::idle::IdleList;
+use super::idle_queue::IdleQueue;
 use super::source::PageMapping;
 use super::types::MAX_SEGMENT_SIZE;
 
@@ -95,6 +95,8 @@ pub(crate) enum UnmappedOrder {
 #[derive(Debug)]
 pub(crate) struct PageState {
     pub layout: Option<PageLayout>,
+    /// The layout's page per kind (1 with fixed segments), read on every split and free.
+    pub page: [u64; 2],
     /// Which of the two indexes below is kept; the other stays empty.
     pub order: UnmappedOrder,
     /// Unmapped blocks per kind, by (stream, size, address, block): the nearest sizes
@@ -105,7 +107,7 @@ pub(crate) struct PageState {
     /// Unmapped blocks per kind, by (stream, address, block): lowest address first.
     pub unmapped_by_address: [BTreeSet<(u32, u64, u32)>; 2],
     /// Free mapped blocks that hold at least one whole page, least recently freed first.
-    pub idle_pages: IdleList,
+    pub idle_pages: IdleQueue,
     /// Allocated blocks whose whole interior pages are unmapped (see the `evict` module), by
     /// record, with that run.
     pub evicted: std::collections::HashMap<u32, Range<u64>>,
@@ -122,10 +124,11 @@ impl Default for PageState {
     fn default() -> Self {
         PageState {
             layout: None,
+            page: [1, 1],
             order: UnmappedOrder::Size,
             unmapped_by_size: [SizeOrder::default(), SizeOrder::default()],
             unmapped_by_address: [BTreeSet::new(), BTreeSet::new()],
-            idle_pages: IdleList::new(),
+            idle_pages: IdleQueue::default(),
             evicted: std::collections::HashMap::new(),
             stats: PageStats::default(),
             scratch_chosen: Vec::new(),
@@ -139,6 +142,7 @@ impl PageState {
     pub fn new(layout: PageLayout, order: UnmappedOrder) -> PageState {
         PageState {
             layout: Some(layout),
+            page: layout.page,
             order,
             ..PageState::default()
         }

@@ -30,7 +30,7 @@ impl EngineState {
     /// The page size of a kind.
     #[inline]
     pub fn page_of(&self, kind: SegmentKind) -> u64 {
-        self.pages.layout.map_or(1, |l| l.page[kind.index()])
+        self.pages.page[kind.index()]
     }
 
     /// Physical memory now: mapped plus spare.
@@ -41,7 +41,7 @@ impl EngineState {
     /// Lists a free mapped block among the idle pages if it holds a whole page, as the most
     /// recently freed. The block is not listed: it was allocated or unmapped until now, or
     /// a neighbour that the merge took off the list.
-    #[inline]
+    #[inline(always)]
     pub(super) fn pages_note_idle(&mut self, block: u32) {
         let b = &self.blocks[block as usize];
         let page = self.page_of(b.kind);
@@ -473,12 +473,11 @@ impl EngineState {
         let mut planned = 0;
         let mut chosen = std::mem::take(&mut self.pages.scratch_chosen);
         chosen.clear();
-        let mut cursor = self.pages.idle_pages.first();
-        while let Some(block) = cursor {
+        self.pages.idle_pages.tidy();
+        for block in self.pages.idle_pages.iter() {
             if planned >= bytes {
                 break;
             }
-            cursor = self.pages.idle_pages.next_of(block);
             if keep.contains(&block) {
                 continue;
             }

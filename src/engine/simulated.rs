@@ -1,8 +1,9 @@
 //! [`VirtualSegments`]: a [`SegmentSource`] whose segments and address ranges exist only
 //! as numbers, for trace replay, property tests and benchmarks.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
+
+use super::mapped_runs::MappedRuns;
 
 use super::rounding::SegmentKind;
 use super::source::{PageMapping, SegmentSource, SourceError};
@@ -41,8 +42,10 @@ pub struct VirtualSegments {
     pub bind_calls: u64,
     /// Peak of physical memory: segments plus mapped plus spare bytes.
     pub physical_peak: u64,
-    /// Live ranges: id -> (size, mapped runs start -> end).
-    ranges: BTreeMap<u32, (u64, BTreeMap<u64, u64>)>,
+    /// Live ranges by id: (size, mapped stretches).
+    ranges: Vec<Option<(u64, MappedRuns)>>,
+    /// Live ranges.
+    live_ranges: usize,
 }
 
 impl Default for VirtualSegments {
@@ -59,7 +62,8 @@ impl Default for VirtualSegments {
             unmapped_total: 0,
             bind_calls: 0,
             physical_peak: 0,
-            ranges: BTreeMap::new(),
+            ranges: Vec::new(),
+            live_ranges: 0,
         }
     }
 }
@@ -99,37 +103,24 @@ impl VirtualSegments {
 
     /// Live ranges.
     pub fn live_ranges(&self) -> usize {
-        self.ranges.len()
+        self.live_ranges
+    }
+
+    /// Range `id`, if live: (size, mapped stretches).
+    fn range(&self, id: SegmentId) -> Option<&(u64, MappedRuns)> {
+        self.ranges.get(id.0 as usize)?.as_ref()
     }
 
     /// Whether every byte of `start..end` of range `id` is mapped.
     pub fn is_mapped(&self, id: SegmentId, start: u64, end: u64) -> bool {
-        let Some((_, mapped)) = self.ranges.get(&id.0) else {
-            return false;
-        };
-        let mut at = start;
-        while at < end {
-            match mapped.range(..=at).next_back() {
-                Some((_, &run_end)) if run_end > at => at = run_end,
-                _ => return false,
-            }
-        }
-        true
+        self.range(id)
+            .is_some_and(|(_, mapped)| start >= end || mapped.covers(&(start..end)))
     }
 
     /// Bytes of `start..end` of range `id` that are mapped.
     pub fn mapped_within(&self, id: SegmentId, start: u64, end: u64) -> u64 {
-        let Some((_, mapped)) = self.ranges.get(&id.0) else {
-            return 0;
-        };
-        let first = mapped
-            .range(..=start)
-            .next_back()
-            .map_or(start, |(&s, _)| s);
-        mapped
-            .range(first..end)
-            .map(|(&s, &e)| e.min(end).saturating_sub(s.max(start)))
-            .sum()
+        self.range(id)
+            .map_or(0, |(_, mapped)| mapped.mapped_within(start, end))
     }
 
     fn would_exceed(&self, more: u64) -> bool {
@@ -144,7 +135,7 @@ impl VirtualSegments {
     /// Checks that `runs` are sorted, page aligned, non-empty and inside range `id`.
     fn check_runs(&self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
         let page = self.pages.map_or(1, |p| p.page);
-        let Some((size, _)) = self.ranges.get(&id.0) else {
+        let Some((size, _)) = self.range(id) else {
             return Err(SourceError::other(format!("range {} is not live", id.0)));
         };
         let mut previous_end = 0;
@@ -210,19 +201,26 @@ impl SegmentSource for VirtualSegments {
                 pages.page, pages.max_range
             )));
         }
-        if self.ranges.insert(id.0, (size, BTreeMap::new())).is_some() {
+        if self.range(id).is_some() {
             return Err(SourceError::other(format!(
                 "range {} is already live",
                 id.0
             )));
         }
+        let slot = id.0 as usize;
+        if self.ranges.len() <= slot {
+            self.ranges.resize(slot + 1, None);
+        }
+        self.ranges[slot] = Some((size, MappedRuns::default()));
+        self.live_ranges += 1;
         Ok(())
     }
 
     fn release_range(&mut self, id: SegmentId, _size: u64) {
-        if let Some((_, mapped)) = self.ranges.remove(&id.0) {
+        if let Some((_, mapped)) = self.ranges.get_mut(id.0 as usize).and_then(Option::take) {
+            self.live_ranges -= 1;
             // The engine unmaps every page first; keep the counts right even if it did not.
-            let still: u64 = mapped.iter().map(|(s, e)| e - s).sum();
+            let still = mapped.total();
             self.mapped_bytes -= still;
             self.spare_bytes += still;
         }
@@ -230,42 +228,26 @@ impl SegmentSource for VirtualSegments {
 
     fn map_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
         self.check_runs(id, runs)?;
-        let (_, mapped) = self.ranges.get(&id.0).expect("checked live");
-        for run in runs {
-            let overlaps = mapped
-                .range(..run.end)
-                .next_back()
-                .is_some_and(|(_, &end)| end > run.start);
-            if overlaps {
-                return Err(SourceError::other(format!(
-                    "range {}: {run:?} is already partly mapped",
-                    id.0
-                )));
-            }
-        }
         let bytes: u64 = runs.iter().map(|r| r.end - r.start).sum();
         let from_spare = bytes.min(self.spare_bytes);
-        if self.would_exceed(bytes - from_spare) {
+        let exceeds = self.would_exceed(bytes - from_spare);
+        let Some(Some((_, mapped))) = self.ranges.get_mut(id.0 as usize) else {
+            return Err(SourceError::other(format!("range {} is not live", id.0)));
+        };
+        if let Some(run) = runs.iter().find(|run| mapped.overlaps(run)) {
+            return Err(SourceError::other(format!(
+                "range {}: {run:?} is already partly mapped",
+                id.0
+            )));
+        }
+        if exceeds {
             return Err(SourceError::out_of_memory(format!(
                 "the simulated device has {} bytes in use of its limit",
                 self.physical_bytes()
             )));
         }
-        let (_, mapped) = self.ranges.get_mut(&id.0).expect("checked live");
         for run in runs {
-            // Join with touching runs, so that the map stays one entry per mapped stretch.
-            let mut start = run.start;
-            let mut end = run.end;
-            if let Some((&s, &e)) = mapped.range(..start).next_back()
-                && e == start
-            {
-                mapped.remove(&s);
-                start = s;
-            }
-            if let Some(e) = mapped.remove(&end) {
-                end = e;
-            }
-            mapped.insert(start, end);
+            mapped.map(run);
         }
         self.spare_bytes -= from_spare;
         self.mapped_bytes += bytes;
@@ -277,28 +259,17 @@ impl SegmentSource for VirtualSegments {
 
     fn unmap_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
         self.check_runs(id, runs)?;
-        let (_, mapped) = self.ranges.get_mut(&id.0).expect("checked live");
-        for run in runs {
-            let covered = mapped
-                .range(..=run.start)
-                .next_back()
-                .is_some_and(|(_, &end)| end >= run.end);
-            if !covered {
-                return Err(SourceError::other(format!(
-                    "range {}: {run:?} is not wholly mapped",
-                    id.0
-                )));
-            }
+        let Some(Some((_, mapped))) = self.ranges.get_mut(id.0 as usize) else {
+            return Err(SourceError::other(format!("range {} is not live", id.0)));
+        };
+        if let Some(run) = runs.iter().find(|run| !mapped.covers(run)) {
+            return Err(SourceError::other(format!(
+                "range {}: {run:?} is not wholly mapped",
+                id.0
+            )));
         }
         for run in runs {
-            let (&s, &e) = mapped.range(..=run.start).next_back().expect("checked");
-            mapped.remove(&s);
-            if s < run.start {
-                mapped.insert(s, run.start);
-            }
-            if run.end < e {
-                mapped.insert(run.end, e);
-            }
+            mapped.unmap(run);
         }
         let bytes: u64 = runs.iter().map(|r| r.end - r.start).sum();
         self.mapped_bytes -= bytes;

@@ -46,37 +46,26 @@ pub(crate) struct SizeOrder {
 }
 
 impl SizeOrder {
-    /// Adds `key`; returns whether it was not there.
+    /// Adds `key` (its block with it); returns whether it was not there. One search: the
+    /// engine never holds two blocks at one address, so a key's block never differs.
     #[inline]
     pub fn insert(&mut self, key: FreeKey) -> bool {
-        let packed = pack(key.stream, key.size, key.address);
-        // A key is there at most once, whatever block it was added with.
-        let present = self
+        let inserted = self
             .entries
-            .first_from((packed, 0))
-            .is_some_and(|(k, _)| k == packed);
-        if present {
-            return false;
-        }
-        self.entries.insert((packed, key.block));
-        self.len += 1;
-        true
+            .insert((pack(key.stream, key.size, key.address), key.block));
+        self.len += inserted as usize;
+        inserted
     }
 
-    /// Takes `key` out; returns whether it was there.
+    /// Takes `key` (added with the same block) out; returns whether it was there. One
+    /// search.
     #[inline]
     pub fn remove(&mut self, key: &FreeKey) -> bool {
-        let packed = pack(key.stream, key.size, key.address);
-        let Some(entry) = self
+        let removed = self
             .entries
-            .first_from((packed, 0))
-            .filter(|&(k, _)| k == packed)
-        else {
-            return false;
-        };
-        self.entries.remove(entry);
-        self.len -= 1;
-        true
+            .remove((pack(key.stream, key.size, key.address), key.block));
+        self.len -= removed as usize;
+        removed
     }
 
     /// The blocks of `stream` of at least `size` bytes, smallest (then lowest) first.
@@ -127,6 +116,7 @@ impl SizeOrder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::test_rng::xorshift;
     use std::collections::BTreeSet;
 
     /// The set yields exactly what a sorted set of (stream, size, address, block) tuples
@@ -135,13 +125,7 @@ mod tests {
     fn searches_match_a_sorted_set_of_tuples() {
         let mut order = SizeOrder::default();
         let mut reference: BTreeSet<(u32, u64, u64, u32)> = BTreeSet::new();
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         let key = |(stream, size, address, block): (u32, u64, u64, u32)| FreeKey {
             stream,
             size,

@@ -120,6 +120,44 @@ impl<T: Ord + Copy> SortedSet<T> {
         }
     }
 
+    /// [`Self::first_from`], with the key's position for [`Self::after`].
+    #[inline]
+    pub fn first_from_at(&self, bound: T) -> Option<(T, usize)> {
+        match self {
+            SortedSet::Sorted(keys) => {
+                let at = keys.partition_point(|&k| k < bound);
+                keys.get(at).map(|&k| (k, at))
+            }
+            SortedSet::Tree(tree) => tree.range(bound..).next().map(|&k| (k, 0)),
+        }
+    }
+
+    /// [`Self::first`], with the key's position for [`Self::after`].
+    #[inline]
+    pub fn first_at(&self) -> Option<(T, usize)> {
+        self.first().map(|k| (k, 0))
+    }
+
+    /// The smallest key above `key`, with its position, where `at` is the position of `key`
+    /// as [`Self::first_from_at`], [`Self::first_at`] or this method gave it, the set
+    /// unchanged since. A step in the vector form, a search in the tree form (where
+    /// positions are not kept); either way the key above `key`.
+    #[inline]
+    pub fn after(&self, key: T, at: usize) -> Option<(T, usize)> {
+        match self {
+            SortedSet::Sorted(keys) => {
+                debug_assert!(keys.get(at) == Some(&key), "a stale position");
+                keys.get(at + 1).map(|&k| (k, at + 1))
+            }
+            SortedSet::Tree(tree) => {
+                use std::ops::Bound::{Excluded, Unbounded};
+                tree.range((Excluded(key), Unbounded))
+                    .next()
+                    .map(|&k| (k, 0))
+            }
+        }
+    }
+
     /// Keys at or above `bound`, ascending (walk it forwards).
     #[inline]
     pub fn from(&self, bound: T) -> Keys<'_, T> {
@@ -193,6 +231,7 @@ impl<T: Copy> DoubleEndedIterator for Keys<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::test_rng::xorshift;
 
     /// Through growth past the tree threshold and shrinking below the vector one, every
     /// query answers as a `BTreeSet` does.
@@ -200,13 +239,7 @@ mod tests {
     fn answers_as_a_btree_set_in_either_form() {
         let mut set = SortedSet::default();
         let mut reference = BTreeSet::new();
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         let mut became_tree = false;
         for round in 0..6000u32 {
             // Grow for the first half, shrink for the second.
@@ -229,6 +262,14 @@ mod tests {
             let from: Vec<u128> = set.from(probe).take(5).collect();
             let expected: Vec<u128> = reference.range(probe..).take(5).copied().collect();
             assert_eq!(from, expected);
+            // Stepping by position yields the same keys.
+            let stepped: Vec<u128> =
+                std::iter::successors(set.first_from_at(probe), |&(k, at)| set.after(k, at))
+                    .map(|(k, _)| k)
+                    .take(5)
+                    .collect();
+            assert_eq!(stepped, expected);
+            assert_eq!(set.first_at().map(|(k, _)| k), set.first());
             let below: Vec<u128> = set.below(probe).rev().take(5).collect();
             let expected: Vec<u128> = reference.range(..probe).rev().take(5).copied().collect();
             assert_eq!(below, expected);

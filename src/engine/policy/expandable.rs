@@ -16,7 +16,7 @@
 
 use super::{Growth, PlacementPolicy, Request, StateView};
 use crate::engine::error::AllocError;
-use crate::engine::free_index::FreeKey;
+use crate::engine::free_index::{Cursor, FreeKey};
 use crate::engine::links::NONE;
 use crate::engine::rounding::{SegmentKind, segment_size_for};
 use crate::engine::segments::NoSegment;
@@ -134,7 +134,8 @@ impl ExpandablePolicy {
 /// larger block while it can grow less (is not followed by as much unmapped space).
 ///
 /// The common case costs one best-fit search and one look at the found block's neighbour,
-/// as `policy:pytorch`'s best fit does; the walk runs only where that neighbour is unmapped.
+/// as `policy:pytorch`'s best fit does; the walk runs only where that neighbour is unmapped,
+/// and each of its steps is a step through the index, not a search.
 #[inline]
 pub(crate) fn candidate_rule(
     state: StateView<'_>,
@@ -142,37 +143,35 @@ pub(crate) fn candidate_rule(
     stream: u32,
     rounded: u64,
 ) -> Option<FreeKey> {
-    let mut best = state.free_blocks(kind).best_fit(stream, rounded)?;
+    let found = state.free_blocks(kind).best_fit_cursor(stream, rounded)?;
+    let mut best = found.key();
     let tail = state.next(best.block);
     if state.is_unmapped_block(tail) {
-        best = walk_past_tails(state, kind, best, tail);
+        best = walk_past_tails(state, found, tail);
     }
     state
         .passes_oversize_rules(best.size, rounded)
         .then_some(best)
 }
 
-/// From `best`, a best fit followed by the unmapped block `tail`: the next larger blocks, as
-/// long as each can grow less than the one before (its size plus its unmapped tail).
+/// From `found`, a best fit followed by the unmapped block `tail`: the next larger blocks,
+/// as long as each can grow less than the one before (its size plus its unmapped tail).
 /// Blocks come in ascending size, so a block with no unmapped space after it can grow no
 /// more than any later one: the walk stops at the first such block.
-#[inline(never)]
-fn walk_past_tails(
-    state: StateView<'_>,
-    kind: SegmentKind,
-    mut best: FreeKey,
-    mut tail: u32,
-) -> FreeKey {
-    let index = state.free_blocks(kind);
+#[inline]
+fn walk_past_tails(state: StateView<'_>, found: Cursor<'_>, mut tail: u32) -> FreeKey {
+    let mut cursor = found;
+    let mut best = found.key();
     loop {
         let best_room = best.size + state.block_size(tail);
-        let Some(next) = index.successor(best) else {
+        let Some(next) = cursor.next() else {
             return best;
         };
-        if expandable_size(state, next.block) >= best_room {
+        let key = next.key();
+        if expandable_size(state, key.block) >= best_room {
             return best;
         }
-        best = next;
+        (cursor, best) = (next, key);
         tail = state.next(best.block);
         if !state.is_unmapped_block(tail) {
             return best;
