@@ -35,7 +35,7 @@
 
 use std::cell::UnsafeCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::engine::SegmentKind;
 
@@ -91,6 +91,13 @@ pub(crate) struct ReuseCache<O, P> {
     /// drain. A stale `false` only sends a request to the engine that a block parked just
     /// then could have served, as a busy flag does.
     occupied: AtomicBool,
+    /// One bit per size parked since the last drain (a hash of the requested bytes), written
+    /// only under the flag: read without it, so that a request of a size nobody parked goes
+    /// to the engine without taking the flag. Bits of blocks taken stay until the drain, and
+    /// sizes may share a bit: either costs only the flag, as before. A stale read only sends
+    /// a request to the engine that a block parked just then could have served, as a stale
+    /// `occupied` does.
+    sizes: AtomicU64,
     oversize_from: u64,
     contents: UnsafeCell<Contents<O, P>>,
 }
@@ -107,6 +114,7 @@ impl<O, P: Reusable> ReuseCache<O, P> {
         ReuseCache {
             busy: AtomicBool::new(false),
             occupied: AtomicBool::new(false),
+            sizes: AtomicU64::new(0),
             oversize_from,
             contents: UnsafeCell::new(Contents {
                 parked: Vec::with_capacity(CAPACITY),
@@ -150,7 +158,7 @@ impl<O, P: Reusable> ReuseCache<O, P> {
     /// as a reuse. `None` when there is none, or when another thread holds the cache.
     #[inline]
     pub fn take(&self, size: u64) -> Option<Parked<O, P>> {
-        if !self.occupied.load(Ordering::Relaxed) {
+        if self.sizes.load(Ordering::Relaxed) & size_bit(size) == 0 {
             return None;
         }
         self.try_with(|c| {
@@ -175,8 +183,14 @@ impl<O, P: Reusable> ReuseCache<O, P> {
         let mut parked = Some(parked);
         self.try_with(|c| {
             // Read under the flag: the owner counts its last handle down before it drains.
-            if c.parked.len() < CAPACITY && open.load(Ordering::Acquire) > 0 {
-                c.parked.extend(parked.take());
+            if c.parked.len() < CAPACITY
+                && open.load(Ordering::Acquire) > 0
+                && let Some(parked) = parked.take()
+            {
+                // Only this thread writes it, under the flag: no read-modify-write needed.
+                let bits = self.sizes.load(Ordering::Relaxed) | size_bit(parked.1.requested());
+                self.sizes.store(bits, Ordering::Relaxed);
+                c.parked.push(parked);
             }
         });
         parked.map_or(Ok(()), Err)
@@ -198,6 +212,7 @@ impl<O, P: Reusable> ReuseCache<O, P> {
             return (ReuseCounts::default(), None);
         }
         self.with(|c| {
+            self.sizes.store(0, Ordering::Relaxed);
             let mut kept = None;
             for (reference, parts) in c.parked.drain(..) {
                 free(parts);
@@ -207,6 +222,12 @@ impl<O, P: Reusable> ReuseCache<O, P> {
             (std::mem::take(&mut c.counts), kept)
         })
     }
+}
+
+/// The bit of `size` in [`ReuseCache::sizes`]: one of 64, by a multiplicative hash.
+#[inline]
+fn size_bit(size: u64) -> u64 {
+    1 << (size.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58)
 }
 
 /// Parks a dropped block with its owner reference in the owner's own cache, or hands both
