@@ -4,7 +4,8 @@
 Usage: tools/engine_identity.py BASE_BINARY HEAD_BINARY TRACE...
 
 For each trace and each configuration ("" (the default), "policy:pytorch",
-"expandable_segments:False", "roundup_power2_divisions:4,max_split_size_mb:64"), runs
+"expandable_segments:False", "policy:pytorch,expandable_segments:True",
+"roundup_power2_divisions:4,max_split_size_mb:64"), runs
 `BINARY replay TRACE --json --stats --snapshot FILE` with both binaries and compares the
 JSON report with its timing fields removed (keys holding `ns`, `seconds` or ending in `_s`)
 and the SHA-256 of the snapshot pickle, which records every block's address over the whole
@@ -22,6 +23,7 @@ CONFS = [
     "",
     "policy:pytorch",
     "expandable_segments:False",
+    "policy:pytorch,expandable_segments:True",
     "roundup_power2_divisions:4,max_split_size_mb:64",
 ]
 

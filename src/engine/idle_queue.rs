@@ -12,7 +12,7 @@
 //! went stale as stay live, so the cost per join stays constant.
 //!
 //! Guarantees: [`IdleQueue::iter`] yields the listed blocks in the order they joined (a
-//! block that took another's place by [`IdleQueue::replace`] at that place), each once,
+//! block that took another's place by [`IdleQueue::hand_over`] at that place), each once,
 //! and [`IdleQueue::len`] counts them.
 
 use super::links::NONE;
@@ -69,24 +69,28 @@ impl IdleQueue {
         }
     }
 
-    /// Puts `new` (not listed) where `old` is, and takes `old` out; returns whether `old`
-    /// was listed (if not, nothing changes).
+    /// Takes `old` out and, if it was listed and `new` (not listed) is to be, puts `new` in
+    /// its place: `joins` is asked only when `old` was listed. One lookup of `old` either
+    /// way: a split asks this on nearly every allocation.
     #[inline]
-    pub fn replace(&mut self, old: u32, new: u32) -> bool {
-        let Some(&at) = self.position.get(old as usize) else {
-            return false;
+    pub fn hand_over(&mut self, old: u32, new: u32, joins: impl FnOnce() -> bool) {
+        let Some(slot) = self.position.get_mut(old as usize) else {
+            return;
         };
+        let at = std::mem::replace(slot, OUT);
         if at == OUT {
-            return false;
+            return;
+        }
+        if !joins() {
+            self.len -= 1;
+            return;
         }
         debug_assert!(!self.contains(new), "slot {new} listed twice");
         if self.position.len() <= new as usize {
             self.grow(new);
         }
-        self.position[old as usize] = OUT;
         self.position[new as usize] = at;
         self.entries[at as usize] = new;
-        true
     }
 
     /// Room for a position of `slot`: rare (positions grow with the record slots), kept out
@@ -167,10 +171,21 @@ mod tests {
                     reference.remove(at);
                 }
             } else if !reference.contains(&(slot + 300)) {
+                // The new slot joins, or not, in the old one's place.
+                let joins = r % 20 < 19;
                 let listed = reference.iter().position(|&s| s == slot);
-                assert_eq!(queue.replace(slot, slot + 300), listed.is_some());
+                let mut asked = false;
+                queue.hand_over(slot, slot + 300, || {
+                    asked = true;
+                    joins
+                });
+                assert_eq!(asked, listed.is_some());
                 if let Some(at) = listed {
-                    reference[at] = slot + 300;
+                    if joins {
+                        reference[at] = slot + 300;
+                    } else {
+                        reference.remove(at);
+                    }
                 }
             }
             assert_eq!(queue.len(), reference.len());
@@ -181,6 +196,6 @@ mod tests {
         }
         assert!(queue.iter().eq(reference.iter().copied()));
         assert!(!queue.contains(1_000_000) && !queue.remove(1_000_000));
-        assert!(!queue.replace(1_000_000, 1));
+        queue.hand_over(1_000_000, 1, || unreachable!("not listed"));
     }
 }

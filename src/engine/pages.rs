@@ -54,18 +54,21 @@ impl EngineState {
         }
     }
 
-    /// After `block` was split for a request and `remainder` cut from it: the remainder
-    /// takes the block's place among idle pages if it holds a page; the block leaves.
-    pub(super) fn pages_hand_over(&mut self, block: u32, remainder: u32) {
-        if !self.pages.idle_pages.contains(block) {
-            return;
-        }
-        let r = &self.blocks[remainder as usize];
-        if holds_page(r.offset(), r.size(), self.page_of(r.kind)) {
-            self.pages.idle_pages.replace(block, remainder);
-        } else {
-            self.pages.idle_pages.remove(block);
-        }
+    /// After `block` of `kind` was split for a request and `remainder` (`offset..offset +
+    /// size` of the segment) cut from it: the remainder takes the block's place among idle
+    /// pages if it holds a page; the block leaves.
+    #[inline]
+    pub(super) fn pages_hand_over(
+        &mut self,
+        block: u32,
+        remainder: u32,
+        kind: SegmentKind,
+        (offset, size): (u64, u64),
+    ) {
+        let page = self.page_of(kind);
+        self.pages
+            .idle_pages
+            .hand_over(block, remainder, || holds_page(offset, size, page));
     }
 
     fn index_unmapped(&mut self, block: u32) {

@@ -77,7 +77,8 @@ impl EngineState {
             self.free_index[kind.index()].insert(key);
             if pages_mode {
                 // The remainder keeps the block's place among idle pages, if it has one.
-                self.pages_hand_over(block, remainder);
+                let cut = (offset + rounded, remaining_size);
+                self.pages_hand_over(block, remainder, kind, cut);
             } else if already_split {
                 self.stats.inactive_split_bytes.decrease(kind, rounded);
             } else {

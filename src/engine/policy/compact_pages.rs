@@ -73,11 +73,6 @@ struct Place {
     needed: u64,
 }
 
-/// The place that maps the fewest new bytes for `rounded` bytes, the smallest run first;
-/// `None` when no unmapped block of the kind and stream can hold it. Runs are a free mapped
-/// block followed by an unmapped one (found from either side: unmapped blocks near the
-/// request's size, and the largest free blocks below it that unmapped space follows), or an
-/// unmapped block alone.
 /// Whether `found` is still an unmapped block whose mapping serves `rounded` bytes: the same
 /// free block (or none) below it, and room for the pages it needs.
 fn still_holds(state: StateView<'_>, found: Place, kind: SegmentKind, rounded: u64) -> bool {
@@ -98,6 +93,11 @@ fn still_holds(state: StateView<'_>, found: Place, kind: SegmentKind, rounded: u
     below + found.needed >= rounded
 }
 
+/// The place that maps the fewest new bytes for `rounded` bytes, the smallest run first;
+/// `None` when no unmapped block of the kind and stream can hold it. Runs are a free mapped
+/// block followed by an unmapped one (found from either side: unmapped blocks near the
+/// request's size, and the largest free blocks below it that unmapped space follows), or an
+/// unmapped block alone.
 fn place(state: StateView<'_>, kind: SegmentKind, stream: u32, rounded: u64) -> Option<Place> {
     let page = state.page_of(kind);
     let consider = |unmapped: u32| -> Option<(u64, u64, Place)> {
@@ -130,17 +130,27 @@ fn place(state: StateView<'_>, kind: SegmentKind, stream: u32, rounded: u64) -> 
             best = Some(found);
         }
     };
+    let mut offered = 0;
     for key in state
         .unmapped_fits(kind, stream, rounded)
         .take(SEARCH_DEPTH)
     {
         offer(key.block);
+        offered += 1;
     }
+    let mut offered_below = 0;
     for key in state
         .unmapped_below(kind, stream, rounded)
         .take(SEARCH_DEPTH)
     {
         offer(key.block);
+        offered_below += 1;
+    }
+    // Both searches ran out before their depth: every unmapped block of the kind and stream
+    // was offered. The third search would offer some of them again, which changes nothing
+    // (a place replaces the best only when strictly better).
+    if offered < SEARCH_DEPTH && offered_below < SEARCH_DEPTH {
+        return best.map(|(_, _, place)| place);
     }
     // The largest free blocks below the request that unmapped space follows.
     for key in state
