@@ -9,11 +9,12 @@
 # bert-base-varlen and kv-decode-cat made by tools/synth_traces.py (as in calls 14-20).
 #
 # Run with carry [".gl", ".dev"]. SCALE (default 1), ADAPTER (default nvidia) and ROUNDS
-# (default 1) for a dry run.
+# (default 1) for a dry run; BUILDS (default "prev now") to run one build's replays only.
 set -uo pipefail
 SCALE=${SCALE:-1}
 ADAPTER=${ADAPTER:-nvidia}
 ROUNDS=${ROUNDS:-1}
+BUILDS=${BUILDS:-prev now}
 [ -n "${NO_DEBS:-}" ] || { for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; }
 exec > >(tee "$OUT/log.txt") 2>&1
 export WGPU_BACKEND=vulkan
@@ -46,7 +47,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for t in $TRACES; do
     for mode in True False; do
       for cache in released kept; do
-        for build in prev now; do
+        for build in $BUILDS; do
           binary=.dev/wgpool; [ "$build" = prev ] && binary=.dev/wgpool-prev
           extra=""; [ $cache = kept ] && extra="--keep-cache"
           out=$(timeout 60 $binary replay /tmp/traces/$t.csv --gpu --json --scale $SCALE --repeat 5 $extra --conf "expandable_segments:$mode" 2>/dev/null)
