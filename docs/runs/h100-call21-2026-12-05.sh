@@ -9,12 +9,15 @@
 # bert-base-varlen and kv-decode-cat made by tools/synth_traces.py (as in calls 14-20).
 #
 # Run with carry [".gl", ".dev"]. SCALE (default 1), ADAPTER (default nvidia) and ROUNDS
-# (default 1) for a dry run; BUILDS (default "prev now") to run one build's replays only.
+# (default 1) for a dry run; BUILDS (default "prev now") and CACHES (default "released kept")
+# to run fewer replays, ENGINE_COST=0 to leave out the engine-alone comparison.
 set -uo pipefail
 SCALE=${SCALE:-1}
 ADAPTER=${ADAPTER:-nvidia}
 ROUNDS=${ROUNDS:-1}
 BUILDS=${BUILDS:-prev now}
+CACHES=${CACHES:-released kept}
+ENGINE_COST=${ENGINE_COST:-1}
 [ -n "${NO_DEBS:-}" ] || { for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; }
 exec > >(tee "$OUT/log.txt") 2>&1
 export WGPU_BACKEND=vulkan
@@ -46,7 +49,7 @@ echo "== replay --gpu, before (prev) and after (now), both modes: 5 runs, cache 
 for round in $(seq 1 "$ROUNDS"); do
   for t in $TRACES; do
     for mode in True False; do
-      for cache in released kept; do
+      for cache in $CACHES; do
         for build in $BUILDS; do
           binary=.dev/wgpool; [ "$build" = prev ] && binary=.dev/wgpool-prev
           extra=""; [ $cache = kept ] && extra="--keep-cache"
@@ -64,6 +67,8 @@ print('$build', '$t', r['mode'], '$cache', 'first: wall %.3f drv %.3f pool %.0f 
   done
 done
 
+[ "$ENGINE_COST" = 0 ] || {
 echo "== the engine alone on the host CPU: default / policy:pytorch, before and after"
 timeout 120 python3 tools/engine_cost.py --base .dev/wgpool-prev --rounds 2 .dev/wgpool $paths | tee "$OUT/engine-cost.md"
+}
 date -u
