@@ -76,7 +76,7 @@ impl Pool {
         size: u64,
         label: Option<Arc<str>>,
     ) -> Result<Block, AllocError> {
-        let mut state = self.shared.lock_flushed();
+        let (mut state, shared) = self.shared.lock_flushed_keeping_reference();
         let placed = match self.place_on_device(&mut state, size) {
             Ok(parts) => parts,
             Err(AllocError::OutOfMemory(mut oom)) => {
@@ -104,11 +104,8 @@ impl Pool {
             placed.label = label;
             state.add_label(&placed);
         }
-        let shared = state
-            .spare_refs
-            .take()
-            .unwrap_or_else(|| self.shared.clone());
         drop(state);
+        let shared = shared.unwrap_or_else(|| self.shared.clone());
         Ok(Block::new(shared, placed))
     }
 

@@ -53,7 +53,6 @@ mod residency_api;
 mod residency_options;
 mod residents;
 mod reuse_cache;
-mod spare_refs;
 mod stats;
 mod submission;
 mod submissions;
@@ -83,7 +82,6 @@ use crate::memory::{Backing, PlanError, WorkClock};
 use options::default_held_limit;
 use pool_shared::{BindingLimits, PoolShared, PoolState};
 use reuse_cache::ReuseCache;
-use spare_refs::SpareRefs;
 use submissions::DeviceSubmissions;
 
 /// A caching pool of device memory. Cheap to clone: clones share the same pool.
@@ -115,15 +113,12 @@ impl Drop for Pool {
         if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
             // The last handle: nobody can reuse parked blocks any more, and they would keep
             // the pool alive, so they go back to the engine.
-            let mut state = self.shared.lock_flushed();
+            let state = self.shared.lock_flushed();
             if self.shared.log_leaks {
                 if let Some(report) = stats::leak_report(&state) {
                     log::warn!("{}: {report}", self.shared.label);
                 }
             }
-            // The spare references keep the pool alive; this handle's own reference
-            // outlives them, so dropping them here never drops the pool under the lock.
-            drop(state.spare_refs.take_all());
         }
     }
 }
@@ -260,7 +255,6 @@ impl Pool {
                     labels: Default::default(),
                     residents,
                     shelf: Default::default(),
-                    spare_refs: SpareRefs::new(),
                 }),
                 reuse,
                 handles: AtomicUsize::new(1),
@@ -468,66 +462,4 @@ fn binding_limits(usage: wgpu::BufferUsages, limits: &wgpu::Limits) -> BindingLi
             .max(limits.min_storage_buffer_offset_alignment as u64);
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::Pool;
-    use crate::config::Config;
-    use crate::gpu::{GpuContext, HeadlessOptions};
-
-    /// Blocks the reuse cache returns to the engine leave their pool references in the
-    /// pool's spare references, which keep the pool alive; the last handle gives them back,
-    /// so the pool goes with its last block, and a block outliving every handle keeps it.
-    #[test]
-    fn spare_references_move_between_blocks_and_go_with_the_last_handle() {
-        let gpu = GpuContext::headless(&HeadlessOptions::default())
-            .expect("a GPU (lavapipe: WGPU_BACKEND=vulkan)");
-        let pool = Pool::from_context(&gpu, Config::parse("policy:pytorch").unwrap()).unwrap();
-        let pool_ref = Arc::downgrade(&pool.shared);
-        let spare = |pool: &Pool| pool.shared.lock().spare_refs.len();
-        let parked: Vec<_> = (0..8).map(|_| pool.alloc(3000).unwrap()).collect();
-        assert_eq!(
-            Arc::strong_count(&pool.shared),
-            9,
-            "the handle and 8 blocks"
-        );
-        drop(parked);
-        assert_eq!(
-            spare(&pool),
-            0,
-            "the 8 blocks are parked in the reuse cache"
-        );
-        // A size nobody parked: the cache returns its blocks to the engine first.
-        let other = pool.alloc(5000).unwrap();
-        assert_eq!(
-            spare(&pool),
-            7,
-            "8 references banked, one taken by the new block"
-        );
-        assert_eq!(
-            Arc::strong_count(&pool.shared),
-            9,
-            "references moved, none counted down or up"
-        );
-        let next = pool.alloc(7000).unwrap();
-        assert_eq!(spare(&pool), 6);
-        drop(next);
-        let clone = pool.clone();
-        drop(pool);
-        assert_eq!(spare(&clone), 6, "a handle is still open");
-        drop(clone);
-        assert_eq!(
-            pool_ref.strong_count(),
-            1,
-            "the last handle gave the spare references back; the live block holds the pool"
-        );
-        drop(other);
-        assert!(
-            pool_ref.upgrade().is_none(),
-            "the pool went with its last block"
-        );
-    }
 }

@@ -13,7 +13,6 @@ use super::record_shelf::RecordShelf;
 use super::residence::UseClock;
 use super::residents::{Residents, free_host};
 use super::reuse_cache::{self, CacheOwner, ReuseCache};
-use super::spare_refs::SpareRefs;
 use super::submissions::DeviceSubmissions;
 use crate::engine::{BlockId, Engine, SegmentId, SegmentKind};
 use crate::format::bytes;
@@ -56,9 +55,6 @@ pub(crate) struct PoolState {
     pub residents: Option<Residents>,
     /// Records of freed blocks, for the next blocks of their segments.
     pub shelf: RecordShelf,
-    /// Pool references of blocks the reuse cache returned to the engine, for the next
-    /// blocks the engine places; emptied by the pool's last handle.
-    pub spare_refs: SpareRefs<PoolShared>,
 }
 
 /// Where a live labelled block is.
@@ -258,19 +254,24 @@ impl PoolShared {
     }
 
     /// Locks the state and returns every block of the reuse cache to the engine first, so
-    /// that the engine sees all free memory and exact statistics. The records of the blocks
-    /// returned go on the record shelf, and their pool references to the spare references
-    /// (while a handle is open) for the next blocks the engine places.
+    /// that the engine sees all free memory and exact statistics.
     pub fn lock_flushed(&self) -> MutexGuard<'_, PoolState> {
+        // Dropping the kept pool reference is safe: the caller reached `self` through a
+        // reference of its own, so that one is not the last.
+        self.lock_flushed_keeping_reference().0
+    }
+
+    /// [`lock_flushed`](Self::lock_flushed), which also hands back the pool reference of the
+    /// block the cache returned to the engine last (if any): an allocation gives it to its
+    /// block instead of counting the pool's references down and up again. The records of
+    /// the blocks returned go on the record shelf.
+    pub fn lock_flushed_keeping_reference(
+        &self,
+    ) -> (MutexGuard<'_, PoolState>, Option<Arc<PoolShared>>) {
         let mut state = self.lock();
-        // Read under the lock, as the last handle's emptying of the spare references is.
-        let open = self.handles.load(Ordering::Acquire) > 0;
-        let counts = self.reuse.drain(|reference, parts| {
-            free_to_shelf(&mut state, parts);
-            // Dropping a reference the bank refuses is safe: the caller reached `self`
-            // through a reference of its own, so none of these is the last one.
-            drop(state.spare_refs.bank(reference, open));
-        });
+        // Dropping the parked blocks' pool references is safe: the caller reached `self`
+        // through a reference of its own, so none of these is the last one.
+        let (counts, kept) = self.reuse.drain(|parts| free_to_shelf(&mut state, parts));
         for kind in [SegmentKind::Small, SegmentKind::Large] {
             let i = kind.index();
             if counts.reuses[i] > 0 {
@@ -288,7 +289,7 @@ impl PoolShared {
                 );
             }
         }
-        state
+        (state, kept)
     }
 }
 

@@ -196,25 +196,30 @@ impl<O, P: Reusable> ReuseCache<O, P> {
         parked.map_or(Ok(()), Err)
     }
 
-    /// Empties the cache: hands each parked record with its owner reference to `take` (to
-    /// free the block through the engine, and keep or drop the record and the reference),
-    /// in the order they were parked, and returns the reuse counts since the last drain.
-    /// The caller must reach the cache through a reference of its own, not one of the
-    /// parked ones (rule 2), so that dropping the references it is handed never drops the
-    /// owner under it. `take` runs under the cache's flag and must not reach the cache;
-    /// other threads meanwhile neither park nor take (they go to the engine instead).
-    pub fn drain(&self, mut take: impl FnMut(Arc<O>, Box<P>)) -> ReuseCounts {
+    /// Empties the cache: hands each parked record to `free` (to free its block through the
+    /// engine, and keep or drop the record), in the order they were parked, and returns the
+    /// reuse counts since the last drain. The owner reference of the block parked last comes
+    /// back to the caller, for its next block rather than count the owner's references down
+    /// and up again; every other parked reference is dropped. The caller must reach the
+    /// cache through a reference of its own, not one of the parked ones (rule 2), so
+    /// dropping the parked references never drops the owner under it, and the one handed
+    /// back is not its last. `free` runs under the cache's flag and must not reach the
+    /// cache; other threads meanwhile neither park nor take (they go to the engine instead).
+    pub fn drain(&self, mut free: impl FnMut(Box<P>)) -> (ReuseCounts, Option<Arc<O>>) {
         if !self.occupied.load(Ordering::Relaxed) {
             // Nothing parked and nothing counted: a block parked from now on is parked
             // after this drain.
-            return ReuseCounts::default();
+            return (ReuseCounts::default(), None);
         }
         self.with(|c| {
             self.sizes.store(0, Ordering::Relaxed);
+            let mut kept = None;
             for (reference, parts) in c.parked.drain(..) {
-                take(reference, parts);
+                free(parts);
+                // The previous one drops here: never the owner's last reference (above).
+                kept = Some(reference);
             }
-            std::mem::take(&mut c.counts)
+            (std::mem::take(&mut c.counts), kept)
         })
     }
 }
@@ -340,7 +345,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_cache_refuses_and_draining_hands_out_each_reference_once() {
+    fn a_full_cache_refuses_and_draining_drops_each_reference_once() {
         let (owner, owner_drops) = owner();
         let part_drops = Arc::new(AtomicU64::new(0));
         for id in 0..CAPACITY as u64 {
@@ -354,11 +359,8 @@ mod tests {
         drop((back, item));
         // The owner's last handle goes: count it down, then drain through our own reference.
         owner.handles.store(0, Ordering::SeqCst);
-        let (mut records, mut references) = (Vec::new(), Vec::new());
-        let counts = owner.cache.drain(|reference, parts| {
-            references.push(reference);
-            records.push(parts);
-        });
+        let mut records = Vec::new();
+        let (counts, kept) = owner.cache.drain(|parts| records.push(parts));
         assert_eq!(counts, ReuseCounts::default(), "nothing was reused");
         assert_eq!(
             records.iter().map(|r| r.id).collect::<Vec<_>>(),
@@ -370,14 +372,13 @@ mod tests {
             1,
             "only the refused record was dropped: the parked ones went to the caller"
         );
-        assert_eq!(references.len(), CAPACITY, "each parked reference once");
-        assert!(references.iter().all(|r| Arc::ptr_eq(r, &owner)));
+        let reference = kept.expect("the cache held blocks");
         assert_eq!(
             Arc::strong_count(&owner),
-            CAPACITY + 1,
-            "the references went to the caller, none dropped"
+            2,
+            "every other parked reference was dropped"
         );
-        drop((references, records));
+        drop((reference, records));
         assert_eq!(Arc::strong_count(&owner), 1);
         assert_eq!(part_drops.load(Ordering::SeqCst), CAPACITY as u64 + 1);
         assert_eq!(owner_drops.load(Ordering::SeqCst), 0);
@@ -402,13 +403,14 @@ mod tests {
         assert_eq!((first.id, second.id), (3, 1));
         assert!(owner.cache.take(100).is_none());
         let mut rest = Vec::new();
-        let counts = owner.cache.drain(|_, record| rest.push(record.id));
+        let (counts, kept) = owner.cache.drain(|record| rest.push(record.id));
         assert_eq!(rest, vec![2]);
+        assert!(kept.is_some());
         assert_eq!(counts.reuses, [2, 0]);
         assert_eq!(counts.bytes, [1024, 0]);
         assert_eq!(counts.requested, [200, 0]);
         assert_eq!(
-            owner.cache.drain(|_, _| {}),
+            owner.cache.drain(drop).0,
             ReuseCounts::default(),
             "a drain resets the counts"
         );
@@ -481,7 +483,7 @@ mod tests {
             returned += r;
         }
         let mut parked = 0u64;
-        owner.cache.drain(|_, _| parked += 1);
+        drop(owner.cache.drain(|_| parked += 1));
         assert_eq!(
             made,
             returned + parked,
