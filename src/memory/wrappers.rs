@@ -264,6 +264,10 @@ impl RangeWrappers {
     /// out) and says which wrappers reached the ones not settled by an ordering issued at
     /// clock `settled_until`.
     fn take_pending(&mut self, start: u64, end: u64, settled_until: u64) -> Previous {
+        if self.pending.is_empty() {
+            // The common case where no GPU work reached freed bytes: no search.
+            return Previous::None;
+        }
         let mut found = Previous::None;
         let mut cut = Vec::new();
         for (&at, &(until, wrapper, stamp)) in self.pending.range(..end).rev() {
