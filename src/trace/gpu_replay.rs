@@ -285,6 +285,9 @@ pub fn replay_on_gpu(
     }
     let pool = Pool::with_options(gpu.device(), gpu.queue(), config.clone(), pool_options)?;
     let scale = options.scale.max(1);
+    // Scaled once, here, for the pool's runs and the engine's alone: no division on the
+    // timed path of either.
+    let scaled = trace.scaled(scale);
     let mut runs = Vec::new();
     let mut first = None;
     for run in 0..options.repeat.max(1) {
@@ -293,7 +296,7 @@ pub fn replay_on_gpu(
             peak: heap_before.map(|_| 0),
             changes: pool.device_memory_changes(),
         });
-        let outcome = replay_once(trace, &pool, scale, gpu, heap.as_mut())?;
+        let outcome = replay_once(&scaled, &pool, gpu, heap.as_mut())?;
         if run == 0 {
             let stats = pool.memory_stats();
             let usage = pool.device_memory_usage();
@@ -308,14 +311,7 @@ pub fn replay_on_gpu(
     }
     let (peak_live, stats, usage, wall, heap) = first.expect("at least one run");
     let engine_ns_per_op = if options.engine_baseline {
-        Some(engine_baseline(
-            trace,
-            config,
-            &pool,
-            scale,
-            device_memory,
-            gpu,
-        )?)
+        Some(engine_baseline(&scaled, config, &pool, device_memory, gpu)?)
     } else {
         None
     };
@@ -383,18 +379,17 @@ struct RunOutcome {
     peak_live: u64,
 }
 
-/// Replays the trace once through `pool`, then frees what it left live.
+/// Replays the trace (already scaled) once through `pool`, then frees what it left live.
 fn replay_once(
     trace: &Trace,
     pool: &Pool,
-    scale: u64,
     gpu: &GpuContext,
     mut heap: Option<&mut HeapWatch>,
 ) -> Result<RunOutcome, GpuReplayError> {
     let mut slots: Vec<Option<(Block, u64)>> = (0..trace.slots).map(|_| None).collect();
     let (mut live, mut peak_live) = (0u64, 0u64);
     let alloc = |size: u64, op: usize| -> Result<Option<Block>, GpuReplayError> {
-        match pool.alloc(size.div_ceil(scale).max(1)) {
+        match pool.alloc(size.max(1)) {
             Ok(block) => Ok(Some(block)),
             Err(AllocError::OutOfMemory(_)) => Ok(None),
             Err(source) => Err(GpuReplayError::Alloc {
@@ -409,16 +404,15 @@ fn replay_once(
         match *op {
             TraceOp::Alloc { slot, size, .. } if size > 0 => {
                 if let Some(block) = alloc(size, i)? {
-                    let scaled = size.div_ceil(scale);
-                    live += scaled;
+                    live += size;
                     peak_live = peak_live.max(live);
-                    slots[slot as usize] = Some((block, scaled));
+                    slots[slot as usize] = Some((block, size));
                 }
             }
             TraceOp::Alloc { .. } => {}
             TraceOp::Free { slot } => {
-                if let Some((block, scaled)) = slots[slot as usize].take() {
-                    live -= scaled;
+                if let Some((block, size)) = slots[slot as usize].take() {
+                    live -= size;
                     drop(block);
                 }
             }
@@ -460,23 +454,21 @@ fn replay_once(
     Ok(RunOutcome { run, peak_live })
 }
 
-/// The engine alone on the same operations: the trace with the pool's scaling, the same
+/// The engine alone on the same operations (`trace`, scaled as the pool's runs), the same
 /// configuration, and a modelled device with the pool's page mapping and largest buffer.
 /// Nanoseconds per operation, the median of the timed runs.
 fn engine_baseline(
     trace: &Trace,
     config: &Config,
     pool: &Pool,
-    scale: u64,
     device_memory: Option<u64>,
     gpu: &GpuContext,
 ) -> Result<f64, GpuReplayError> {
-    let scaled = trace.scaled(scale);
     let options = ReplayOptions::default()
         .with_device_memory(device_memory)
         .with_page_mapping(pool.page_mapping())
         .with_max_segment_size(Some(gpu.limits().max_buffer_size));
-    let report = replay(&scaled, config, &options)
+    let report = replay(trace, config, &options)
         .map_err(|source| GpuReplayError::EngineBaseline { source })?;
     Ok(report.ns_per_op_median)
 }
