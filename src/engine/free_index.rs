@@ -96,8 +96,19 @@ impl StreamClasses {
     /// The first occupied class at or above `class`.
     #[inline]
     fn occupied_from(&self, class: usize) -> Option<usize> {
+        self.occupied_within(class, BITMAP_WORDS - 1)
+    }
+
+    /// The first occupied class at or above `class` whose bitmap word is `last_word` or
+    /// below (`last_word < BITMAP_WORDS`): a search that stops early where the caller has
+    /// no use for larger classes.
+    #[inline]
+    fn occupied_within(&self, class: usize, last_word: usize) -> Option<usize> {
+        debug_assert!(last_word < BITMAP_WORDS);
+        // Free where `last_word` is a constant; it spares a bounds check in the loop.
+        let last_word = last_word.min(BITMAP_WORDS - 1);
         let mut word = class / 64;
-        if word >= BITMAP_WORDS {
+        if word > last_word {
             return None;
         }
         let mut bits = self.occupied[word] & (!0u64 << (class % 64));
@@ -105,10 +116,10 @@ impl StreamClasses {
             if bits != 0 {
                 return Some(word * 64 + bits.trailing_zeros() as usize);
             }
-            word += 1;
-            if word == BITMAP_WORDS {
+            if word == last_word {
                 return None;
             }
+            word += 1;
             bits = self.occupied[word];
         }
     }
@@ -185,10 +196,15 @@ pub(crate) struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
-    /// The cursor at the first block of an occupied class at or above `class`.
+    /// The cursor at the first block of an occupied class at or above `class`, in bitmap
+    /// words up to `last_word`.
     #[inline]
-    fn first_from_class(classes: &'a StreamClasses, class: usize) -> Option<Cursor<'a>> {
-        let class = classes.occupied_from(class)?;
+    fn first_from_class(
+        classes: &'a StreamClasses,
+        class: usize,
+        last_word: usize,
+    ) -> Option<Cursor<'a>> {
+        let class = classes.occupied_within(class, last_word)?;
         let (packed, at) = classes.classes[class].first_at()?;
         Some(Cursor {
             classes,
@@ -204,14 +220,27 @@ impl<'a> Cursor<'a> {
         unpack(self.classes.stream, self.packed)
     }
 
-    /// The next free block of the same stream in (size, address) order: the one
-    /// [`FreeIndex::fits_ascending`] yields after this one.
+    /// The block's size.
     #[inline]
-    pub fn next(self) -> Option<Cursor<'a>> {
-        match self.classes.classes[self.class].after(self.packed, self.at) {
-            Some((packed, at)) => Some(Cursor { packed, at, ..self }),
-            None => Cursor::first_from_class(self.classes, self.class + 1),
-        }
+    pub fn size(&self) -> u64 {
+        ((self.packed >> (ADDRESS_BITS + 32)) as u64) << 9
+    }
+
+    /// The next free block of the same stream in (size, address) order (the one
+    /// [`FreeIndex::fits_ascending`] yields after this one) if it has fewer than `limit`
+    /// bytes. Classes of `limit` bytes and more are not searched, so that a caller with no
+    /// use for larger blocks does not pay for a search through every class above.
+    #[inline]
+    pub fn next_below(self, limit: u64) -> Option<Cursor<'a>> {
+        let next = match self.classes.classes[self.class].after(self.packed, self.at) {
+            Some((packed, at)) => Cursor { packed, at, ..self },
+            None => {
+                // Every size from the limit up lies in its class or above.
+                let last_word = class_of(limit.min(ADDRESS_LIMIT - 512)) / 64;
+                Cursor::first_from_class(self.classes, self.class + 1, last_word)?
+            }
+        };
+        (next.size() < limit).then_some(next)
     }
 }
 
@@ -389,7 +418,7 @@ impl FreeIndex {
                 at,
                 packed,
             }),
-            None => Cursor::first_from_class(classes, class + 1),
+            None => Cursor::first_from_class(classes, class + 1, BITMAP_WORDS - 1),
         }
     }
 
@@ -496,12 +525,26 @@ mod tests {
             );
             let stepped: Vec<FreeKey> =
                 std::iter::successors(index.best_fit_cursor(probe_stream, probe), |cursor| {
-                    cursor.next()
+                    cursor.next_below(u64::MAX)
                 })
                 .map(|cursor| cursor.key())
                 .take(5)
                 .collect();
             assert_eq!(stepped, expected);
+            // With a limit, the steps stop at the first block that reaches it.
+            let limit = probe * 2 + (next() % 3) * 512;
+            let below_limit: Vec<FreeKey> =
+                std::iter::successors(index.best_fit_cursor(probe_stream, probe), |cursor| {
+                    cursor.next_below(limit)
+                })
+                .map(|cursor| cursor.key())
+                .take(5)
+                .collect();
+            let mut expected_below_limit = expected.clone();
+            if let Some(first_over) = expected.iter().skip(1).position(|k| k.size >= limit) {
+                expected_below_limit.truncate(first_over + 1);
+            }
+            assert_eq!(below_limit, expected_below_limit);
             let expected_below: Vec<FreeKey> = reference
                 .range((probe_stream, 0, 0)..(probe_stream, probe, 0))
                 .rev()
