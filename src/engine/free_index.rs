@@ -101,19 +101,9 @@ impl StreamClasses {
     /// The first occupied class at or above `class`.
     #[inline]
     fn occupied_from(&self, class: usize) -> Option<usize> {
-        self.occupied_within(class, BITMAP_WORDS - 1)
-    }
-
-    /// The first occupied class at or above `class` whose bitmap word is `last_word` or
-    /// below (`last_word < BITMAP_WORDS`): a search that stops early where the caller has
-    /// no use for larger classes.
-    #[inline]
-    fn occupied_within(&self, class: usize, last_word: usize) -> Option<usize> {
-        debug_assert!(last_word < BITMAP_WORDS);
-        // Free where `last_word` is a constant; it spares a bounds check in the loop.
-        let last_word = last_word.min(BITMAP_WORDS - 1);
+        const LAST: usize = BITMAP_WORDS - 1;
         let mut word = class / 64;
-        if word > last_word {
+        if word > LAST {
             return None;
         }
         let mut bits = self.occupied[word] & (!0u64 << (class % 64));
@@ -121,7 +111,7 @@ impl StreamClasses {
             if bits != 0 {
                 return Some(word * 64 + bits.trailing_zeros() as usize);
             }
-            if word == last_word {
+            if word == LAST {
                 return None;
             }
             word += 1;
@@ -201,15 +191,10 @@ pub(crate) struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
-    /// The cursor at the first block of an occupied class at or above `class`, in bitmap
-    /// words up to `last_word`.
+    /// The cursor at the first block of an occupied class at or above `class`.
     #[inline]
-    fn first_from_class(
-        classes: &'a StreamClasses,
-        class: usize,
-        last_word: usize,
-    ) -> Option<Cursor<'a>> {
-        let class = classes.occupied_within(class, last_word)?;
+    fn first_from_class(classes: &'a StreamClasses, class: usize) -> Option<Cursor<'a>> {
+        let class = classes.occupied_from(class)?;
         let (packed, at) = classes.classes[class].first_at()?;
         Some(Cursor {
             classes,
@@ -233,17 +218,12 @@ impl<'a> Cursor<'a> {
 
     /// The next free block of the same stream in (size, address) order (the one
     /// [`FreeIndex::fits_ascending`] yields after this one) if it has fewer than `limit`
-    /// bytes. Classes of `limit` bytes and more are not searched, so that a caller with no
-    /// use for larger blocks does not pay for a search through every class above.
+    /// bytes: its size is read before the rest of its key is unpacked.
     #[inline]
     pub fn next_below(self, limit: u64) -> Option<Cursor<'a>> {
         let next = match self.classes.classes[self.class].after(self.packed, self.at) {
             Some((packed, at)) => Cursor { packed, at, ..self },
-            None => {
-                // Every size from the limit up lies in its class or above.
-                let last_word = class_of(limit.min(ADDRESS_LIMIT - 512)) / 64;
-                Cursor::first_from_class(self.classes, self.class + 1, last_word)?
-            }
+            None => Cursor::first_from_class(self.classes, self.class + 1)?,
         };
         (next.size() < limit).then_some(next)
     }
@@ -423,7 +403,7 @@ impl FreeIndex {
                 at,
                 packed,
             }),
-            None => Cursor::first_from_class(classes, class + 1, BITMAP_WORDS - 1),
+            None => Cursor::first_from_class(classes, class + 1),
         }
     }
 

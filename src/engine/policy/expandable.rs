@@ -146,9 +146,8 @@ pub(crate) fn candidate_rule(
 /// From `found`, a best fit followed by the unmapped block `tail`: the next larger blocks,
 /// as long as each can grow less than the one before (its size plus the unmapped block
 /// after it, if any). Blocks come in ascending size, so a block with no unmapped space
-/// after it can grow no more than any later one: the walk stops at the first such block;
-/// and a block can grow at least to its size, so the walk looks only at blocks smaller than
-/// the room it must beat.
+/// after it can grow no more than any later one: the walk stops at the first such block,
+/// as it does at the first block as large as the room it must beat.
 #[inline]
 fn walk_past_tails(state: StateView<'_>, found: Cursor<'_>, mut tail: u32) -> FreeKey {
     let mut cursor = found;
