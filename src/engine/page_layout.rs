@@ -161,17 +161,17 @@ pub(crate) fn round_up_to_page(bytes: u64, page: u64) -> u64 {
     }
 }
 
-/// Whether `offset..offset + size` holds a whole page of `page` bytes. A size below one
-/// page never does, and one of two pages (less a byte) always does: only sizes in between
-/// (a minority of the blocks split and freed) pay for the rounding.
+/// Whether `offset..offset + size` holds a whole page of `page` bytes. A size of two pages
+/// (less a byte) always does, and one below a page never does: only sizes in between (a
+/// minority of the blocks split and freed) pay for the rounding.
 #[inline]
 pub(crate) fn holds_page(offset: u64, size: u64, page: u64) -> bool {
-    if size < page {
-        return false;
-    }
     // The first page boundary is less than a page past `offset`.
     if size >= 2 * page - 1 {
         return true;
+    }
+    if size < page {
+        return false;
     }
     round_up_to_page(offset, page) + page <= offset + size
 }
