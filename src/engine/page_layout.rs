@@ -161,9 +161,18 @@ pub(crate) fn round_up_to_page(bytes: u64, page: u64) -> u64 {
     }
 }
 
-/// Whether `offset..offset + size` holds a whole page of `page` bytes.
+/// Whether `offset..offset + size` holds a whole page of `page` bytes. A size of two pages
+/// (less a byte) always does, and one below a page never does: only sizes in between (a
+/// minority of the blocks split and freed) pay for the rounding.
 #[inline]
 pub(crate) fn holds_page(offset: u64, size: u64, page: u64) -> bool {
+    // The first page boundary is less than a page past `offset`.
+    if size >= 2 * page - 1 {
+        return true;
+    }
+    if size < page {
+        return false;
+    }
     round_up_to_page(offset, page) + page <= offset + size
 }
 
@@ -180,6 +189,21 @@ mod tests {
             assert!(holds_page(512, 2 * page - 512, page));
             assert!(!holds_page(512, 2 * page - 1024, page));
             assert!(holds_page(page, page, page) && !holds_page(page, page - 512, page));
+        }
+        // Every offset and size of a few small pages, against the definition: some page
+        // boundary k * page with k * page + page inside the range.
+        for page in [4u64, 6, 8] {
+            for offset in 0..3 * page {
+                for size in 0..4 * page {
+                    let whole = (0..=offset / page + 1)
+                        .any(|k| k * page >= offset && k * page + page <= offset + size);
+                    assert_eq!(
+                        holds_page(offset, size, page),
+                        whole,
+                        "{offset} {size} {page}"
+                    );
+                }
+            }
         }
     }
 

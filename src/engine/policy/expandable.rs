@@ -27,17 +27,6 @@ use crate::engine::state::EngineState;
 #[derive(Debug, Default)]
 pub(crate) struct ExpandablePolicy;
 
-/// A block's size plus the unmapped block after it, if any: what it can grow to.
-fn expandable_size(state: StateView<'_>, block: u32) -> u64 {
-    let next = state.next(block);
-    let tail = if state.is_unmapped_block(next) {
-        state.block_size(next)
-    } else {
-        0
-    };
-    state.block_size(block) + tail
-}
-
 /// Whether the free blocks from `block` on (mapped or not) add up to `size` bytes.
 fn has_room(state: StateView<'_>, mut block: u32, size: u64) -> bool {
     let mut bytes = 0;
@@ -155,27 +144,35 @@ pub(crate) fn candidate_rule(
 }
 
 /// From `found`, a best fit followed by the unmapped block `tail`: the next larger blocks,
-/// as long as each can grow less than the one before (its size plus its unmapped tail).
-/// Blocks come in ascending size, so a block with no unmapped space after it can grow no
-/// more than any later one: the walk stops at the first such block.
+/// as long as each can grow less than the one before (its size plus the unmapped block
+/// after it, if any). Blocks come in ascending size, so a block with no unmapped space
+/// after it can grow no more than any later one: the walk stops at the first such block,
+/// as it does at the first block as large as the room it must beat.
 #[inline]
 fn walk_past_tails(state: StateView<'_>, found: Cursor<'_>, mut tail: u32) -> FreeKey {
     let mut cursor = found;
     let mut best = found.key();
     loop {
         let best_room = best.size + state.block_size(tail);
-        let Some(next) = cursor.next() else {
+        let Some(next) = cursor.next_below(best_room) else {
             return best;
         };
         let key = next.key();
-        if expandable_size(state, key.block) >= best_room {
+        let next_tail = state.next(key.block);
+        let unmapped = state.is_unmapped_block(next_tail);
+        let room = key.size
+            + if unmapped {
+                state.block_size(next_tail)
+            } else {
+                0
+            };
+        if room >= best_room {
             return best;
         }
-        (cursor, best) = (next, key);
-        tail = state.next(best.block);
-        if !state.is_unmapped_block(tail) {
-            return best;
+        if !unmapped {
+            return key;
         }
+        (cursor, best, tail) = (next, key, next_tail);
     }
 }
 
