@@ -10,7 +10,8 @@
 #
 # Run with carry [".gl", ".dev"]. SCALE (default 1), ADAPTER (default nvidia) and ROUNDS
 # (default 1) for a dry run; BUILDS (default "prev now") and CACHES (default "released kept")
-# to run fewer replays, ENGINE_COST=0 to leave out the engine-alone comparison.
+# to run fewer replays, TRACES to name fewer traces, ENGINE_COST=0 to leave out the
+# engine-alone comparison.
 set -uo pipefail
 SCALE=${SCALE:-1}
 ADAPTER=${ADAPTER:-nvidia}
@@ -31,7 +32,7 @@ cat .dev/COMMIT 2>/dev/null
 mkdir -p /tmp/traces
 cp tests/data/gpt2-train.csv /tmp/traces/
 python3 tools/synth_traces.py /tmp/traces resnet50-amp bert-base-varlen kv-decode-cat > /dev/null
-TRACES="gpt2-train resnet50-amp bert-base-varlen kv-decode-cat"
+TRACES=${TRACES:-gpt2-train resnet50-amp bert-base-varlen kv-decode-cat}
 paths=$(for t in $TRACES; do printf '/tmp/traces/%s.csv ' "$t"; done)
 
 echo "== PyTorch's caching allocator from C++ (raw_alloc / raw_delete), first run and the rest"
