@@ -170,6 +170,27 @@ impl Wrappers {
         size: u64,
     ) -> (&wgpu::Buffer, u32, u64) {
         let slot = id as usize;
+        // The common case, kept apart from the rest so that it stays small: a known range
+        // with no pending extent (no GPU work reached freed bytes) and an idle wrapper.
+        let idle = match self.ranges.get_mut(slot) {
+            Some(Some(range)) if range.pending.is_empty() => range.take_idle(),
+            _ => None,
+        };
+        let (wrapper, inherited) = match idle {
+            Some(wrapper) => (wrapper, 0),
+            None => self.choose(pages, id, offset, size),
+        };
+        let range = self.ranges[slot].as_mut().expect("made by now");
+        range.users[wrapper as usize] += 1;
+        (&range.buffers[wrapper as usize], wrapper, inherited)
+    }
+
+    /// [`assign`](Self::assign)'s choice where the common case does not apply: makes the
+    /// range's wrappers on first use, follows the module's rule over pending extents, and
+    /// takes an unused wrapper where the rule leaves the choice free.
+    #[inline(never)]
+    fn choose(&mut self, pages: &mut PagedMemory, id: u32, offset: u64, size: u64) -> (u32, u64) {
+        let slot = id as usize;
         if self.ranges.len() <= slot {
             self.ranges.resize_with(slot + 1, || None);
         }
@@ -209,8 +230,7 @@ impl Wrappers {
             Some(wrapper) => wrapper,
             None => range.unused(pages, id),
         };
-        range.users[wrapper as usize] += 1;
-        (&range.buffers[wrapper as usize], wrapper, inherited)
+        (wrapper, inherited)
     }
 
     /// Notes that the block at `offset..offset + size` of range `id`, reached through
@@ -297,13 +317,22 @@ impl RangeWrappers {
         found
     }
 
+    /// The wrapper idled last that no live block uses, if any (skipping stale entries).
+    #[inline]
+    fn take_idle(&mut self) -> Option<u32> {
+        while let Some(wrapper) = self.idle.pop() {
+            if self.users[wrapper as usize] == 0 {
+                return Some(wrapper);
+            }
+        }
+        None
+    }
+
     /// A wrapper no live block uses: the last one idled, or a new one; past
     /// [`MAX_WRAPPERS`] (or if wgpu refuses a new one), one shared round-robin.
     fn unused(&mut self, pages: &mut PagedMemory, id: u32) -> u32 {
-        while let Some(wrapper) = self.idle.pop() {
-            if self.users[wrapper as usize] == 0 {
-                return wrapper;
-            }
+        if let Some(wrapper) = self.take_idle() {
+            return wrapper;
         }
         if self.buffers.len() < MAX_WRAPPERS
             && let Ok(buffer) = pages.alias_buffer(id)
