@@ -101,6 +101,25 @@ impl EngineState {
         }
     }
 
+    /// Indexes unmapped block `block` in place of the one indexed as `old` (no longer
+    /// unmapped, or cut): in size order, one search where the order keeps its place.
+    fn index_unmapped_in_place_of(&mut self, old: &FreeKey, block: u32) {
+        let key = self.key_of(block);
+        let kind = self.blocks[block as usize].kind.index();
+        match self.pages.order {
+            UnmappedOrder::Size => {
+                let replaced = self.pages.unmapped_by_size[kind].replace(old, key);
+                debug_assert!(replaced, "unmapped block {} was not indexed", old.block);
+            }
+            UnmappedOrder::Address => {
+                let index = &mut self.pages.unmapped_by_address[kind];
+                let removed = index.remove(&(old.stream, old.address, old.block));
+                debug_assert!(removed, "unmapped block {} was not indexed", old.block);
+                index.insert((key.stream, key.address, block));
+            }
+        }
+    }
+
     /// Every unmapped block of the kept index.
     pub(super) fn unmapped_blocks(&self) -> Vec<u32> {
         match self.pages.order {
@@ -251,11 +270,13 @@ impl EngineState {
         source
             .map_pages(SegmentId(segment), std::slice::from_ref(&run))
             .map_err(NoSegment::Source)?;
-        self.unindex_unmapped(block);
         if bytes < size {
+            let whole = self.key_of(block);
             let rest = self.cut(block, bytes);
             self.links.set_unmapped(rest, true);
-            self.index_unmapped(rest);
+            self.index_unmapped_in_place_of(&whole, rest);
+        } else {
+            self.unindex_unmapped(block);
         }
         self.links.set_unmapped(block, false);
         let stats = &mut self.pages.stats;

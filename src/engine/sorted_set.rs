@@ -75,6 +75,26 @@ impl<T: Ord + Copy> SortedSet<T> {
         }
     }
 
+    /// Takes `old` out and adds `new` (not in the set); returns whether `old` was there.
+    /// Where `new` sorts between `old`'s neighbours (a key that changed a little, as an
+    /// unmapped block cut to its rest usually does), a sorted vector is searched once and
+    /// nothing moves.
+    #[inline]
+    pub fn replace(&mut self, old: T, new: T) -> bool {
+        if let SortedSet::Sorted(keys) = self
+            && let Ok(at) = keys.binary_search(&old)
+            && (at == 0 || keys[at - 1] < new)
+            && keys.get(at + 1).is_none_or(|&above| new < above)
+        {
+            keys[at] = new;
+            return true;
+        }
+        let removed = self.remove(old);
+        let inserted = self.insert(new);
+        debug_assert!(inserted, "replacement already in the set");
+        removed
+    }
+
     #[cold]
     #[inline(never)]
     fn become_tree(&mut self) {
