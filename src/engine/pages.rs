@@ -387,12 +387,29 @@ impl EngineState {
         source: &mut dyn SegmentSource,
     ) -> Result<u64, SourceError> {
         let mut plans = std::mem::take(&mut self.pages.scratch_plans);
-        let mut runs = std::mem::take(&mut self.pages.scratch_runs);
         plans.clear();
-        plans.extend(blocks.iter().filter_map(|&(block, max)| {
-            let run = self.plan_unmap(block, max)?;
-            Some((self.blocks[block as usize].segment, block, run))
-        }));
+        plans.extend(
+            blocks
+                .iter()
+                .filter_map(|&(block, max)| self.plan_with_segment(block, max)),
+        );
+        self.unmap_plans(plans, source)
+    }
+
+    /// [`Self::plan_unmap`] with the block's segment: (segment, block, run).
+    fn plan_with_segment(&self, block: u32, max_bytes: u64) -> Option<(u32, u32, Range<u64>)> {
+        let run = self.plan_unmap(block, max_bytes)?;
+        Some((self.blocks[block as usize].segment, block, run))
+    }
+
+    /// Unmaps planned runs (from [`Self::plan_with_segment`]), with one bind per range, and
+    /// keeps `plans`'s buffer for the next batch. Returns the bytes unmapped, now spare.
+    fn unmap_plans(
+        &mut self,
+        mut plans: Vec<(u32, u32, Range<u64>)>,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u64, SourceError> {
+        let mut runs = std::mem::take(&mut self.pages.scratch_runs);
         plans.sort_unstable_by_key(|(segment, _, run)| (*segment, run.start));
         let mut result = Ok(0);
         for group in plans.chunk_by(|a, b| a.0 == b.0) {
@@ -495,8 +512,8 @@ impl EngineState {
         source: &mut dyn SegmentSource,
     ) -> Result<u64, SourceError> {
         let mut planned = 0;
-        let mut chosen = std::mem::take(&mut self.pages.scratch_chosen);
-        chosen.clear();
+        let mut plans = std::mem::take(&mut self.pages.scratch_plans);
+        plans.clear();
         self.pages.idle_pages.tidy();
         for block in self.pages.idle_pages.iter() {
             if planned >= bytes {
@@ -505,16 +522,12 @@ impl EngineState {
             if keep.contains(&block) {
                 continue;
             }
-            let want = bytes - planned;
-            if let Some(run) = self.plan_unmap(block, want) {
-                planned += run.end - run.start;
-                chosen.push((block, want));
+            if let Some(plan) = self.plan_with_segment(block, bytes - planned) {
+                planned += plan.2.end - plan.2.start;
+                plans.push(plan);
             }
         }
-        let result = self.unmap_batch(&chosen, source);
-        chosen.clear();
-        self.pages.scratch_chosen = chosen;
-        result
+        self.unmap_plans(plans, source)
     }
 
     /// The unmapped blocks of `kind` on `stream`, lowest address first (kept only in
