@@ -101,8 +101,8 @@ impl EngineState {
         }
     }
 
-    /// Indexes unmapped block `block` in place of the one indexed as `old` (no longer
-    /// unmapped, or cut): in size order, one search where the order keeps its place.
+    /// Indexes unmapped block `block` in place of the one indexed as `old` (cut, absorbed,
+    /// or no longer unmapped): in size order, one search where the order keeps its place.
     fn index_unmapped_in_place_of(&mut self, old: &FreeKey, block: u32) {
         let key = self.key_of(block);
         let kind = self.blocks[block as usize].kind.index();
@@ -439,20 +439,30 @@ impl EngineState {
 
     /// Merges unmapped block `block` with unmapped neighbours and indexes the result.
     pub(super) fn merge_unmapped(&mut self, block: u32) -> u32 {
-        let mut block = block;
         let prev = self.links.prev(block);
-        if self.links.is_unmapped_block(prev) {
-            self.unindex_unmapped(prev);
-            self.absorb_next(prev);
-            block = prev;
-        }
         let next = self.links.next(block);
-        if self.links.is_unmapped_block(next) {
-            self.unindex_unmapped(next);
-            self.absorb_next(block);
+        let with_prev = self.links.is_unmapped_block(prev);
+        let with_next = self.links.is_unmapped_block(next);
+        // The merged block takes the index entry of the first neighbour it absorbs.
+        let (merged, taken) = match (with_prev, with_next) {
+            (true, _) => (prev, Some(self.key_of(prev))),
+            (false, true) => (block, Some(self.key_of(next))),
+            (false, false) => (block, None),
+        };
+        if with_prev {
+            if with_next {
+                self.unindex_unmapped(next);
+            }
+            self.absorb_next(prev);
         }
-        self.index_unmapped(block);
-        block
+        if with_next {
+            self.absorb_next(merged);
+        }
+        match taken {
+            Some(old) => self.index_unmapped_in_place_of(&old, merged),
+            None => self.index_unmapped(merged),
+        }
+        merged
     }
 
     /// Gives spare memory back to the device.
