@@ -219,7 +219,7 @@ impl<'a> Cursor<'a> {
     /// The next free block of the same stream in (size, address) order (the one
     /// [`FreeIndex::fits_ascending`] yields after this one) if it has fewer than `limit`
     /// bytes: its size is read before the rest of its key is unpacked.
-    #[inline]
+    #[inline(always)]
     pub fn next_below(self, limit: u64) -> Option<Cursor<'a>> {
         let next = match self.classes.classes[self.class].after(self.packed, self.at) {
             Some((packed, at)) => Cursor { packed, at, ..self },

@@ -405,13 +405,7 @@ impl Engine {
         }
         self.state.clock += 1;
         // Evicted blocks exist only under oversubscription: skip hashing the id otherwise.
-        let evicted = &mut self.state.pages.evicted;
-        if !evicted.is_empty()
-            && let Some(run) = evicted.remove(&id.index)
-        {
-            let segment = self.state.blocks[id.index as usize].segment;
-            self.state.free_evicted_block(id.index, run);
-            self.state.release_if_empty(segment, source);
+        if !self.state.pages.evicted.is_empty() && self.free_if_evicted(id, source) {
             return Ok(());
         }
         let merged = self.state.free_block(id.index);
@@ -419,6 +413,21 @@ impl Engine {
             self.state.release_block(merged, source);
         }
         Ok(())
+    }
+
+    /// Frees live block `id` if it is evicted, and releases its segment if that empties it;
+    /// returns whether it was. Out of [`Self::free`]'s common path, which it would otherwise
+    /// crowd: only oversubscription evicts.
+    #[cold]
+    #[inline(never)]
+    fn free_if_evicted(&mut self, id: BlockId, source: &mut dyn SegmentSource) -> bool {
+        let Some(run) = self.state.pages.evicted.remove(&id.index) else {
+            return false;
+        };
+        let segment = self.state.blocks[id.index as usize].segment;
+        self.state.free_evicted_block(id.index, run);
+        self.state.release_if_empty(segment, source);
+        true
     }
 
     /// Counts `count` blocks of `kind`, of `bytes` block bytes and `requested` requested

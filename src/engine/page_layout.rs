@@ -112,9 +112,8 @@ pub(crate) struct PageState {
     /// record, with that run.
     pub evicted: std::collections::HashMap<u32, Range<u64>>,
     pub stats: PageStats,
-    /// Buffers that unmapping reuses (idle pages chosen, their planned runs, one range's
-    /// runs), so that a miss that recycles pages allocates nothing. Empty between calls.
-    pub scratch_chosen: Vec<(u32, u64)>,
+    /// Buffers that unmapping reuses (the planned runs, one range's runs), so that a miss
+    /// that recycles pages allocates nothing. Empty between calls.
     pub scratch_plans: Vec<(u32, u32, Range<u64>)>,
     pub scratch_runs: Vec<Range<u64>>,
 }
@@ -131,7 +130,6 @@ impl Default for PageState {
             idle_pages: IdleQueue::default(),
             evicted: std::collections::HashMap::new(),
             stats: PageStats::default(),
-            scratch_chosen: Vec::new(),
             scratch_plans: Vec::new(),
             scratch_runs: Vec::new(),
         }

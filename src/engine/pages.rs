@@ -101,6 +101,25 @@ impl EngineState {
         }
     }
 
+    /// Indexes unmapped block `block` in place of the one indexed as `old` (cut, absorbed,
+    /// or no longer unmapped): in size order, one search where the order keeps its place.
+    fn index_unmapped_in_place_of(&mut self, old: &FreeKey, block: u32) {
+        let key = self.key_of(block);
+        let kind = self.blocks[block as usize].kind.index();
+        match self.pages.order {
+            UnmappedOrder::Size => {
+                let replaced = self.pages.unmapped_by_size[kind].replace(old, key);
+                debug_assert!(replaced, "unmapped block {} was not indexed", old.block);
+            }
+            UnmappedOrder::Address => {
+                let index = &mut self.pages.unmapped_by_address[kind];
+                let removed = index.remove(&(old.stream, old.address, old.block));
+                debug_assert!(removed, "unmapped block {} was not indexed", old.block);
+                index.insert((key.stream, key.address, block));
+            }
+        }
+    }
+
     /// Every unmapped block of the kept index.
     pub(super) fn unmapped_blocks(&self) -> Vec<u32> {
         match self.pages.order {
@@ -251,11 +270,13 @@ impl EngineState {
         source
             .map_pages(SegmentId(segment), std::slice::from_ref(&run))
             .map_err(NoSegment::Source)?;
-        self.unindex_unmapped(block);
         if bytes < size {
+            let whole = self.key_of(block);
             let rest = self.cut(block, bytes);
             self.links.set_unmapped(rest, true);
-            self.index_unmapped(rest);
+            self.index_unmapped_in_place_of(&whole, rest);
+        } else {
+            self.unindex_unmapped(block);
         }
         self.links.set_unmapped(block, false);
         let stats = &mut self.pages.stats;
@@ -366,12 +387,29 @@ impl EngineState {
         source: &mut dyn SegmentSource,
     ) -> Result<u64, SourceError> {
         let mut plans = std::mem::take(&mut self.pages.scratch_plans);
-        let mut runs = std::mem::take(&mut self.pages.scratch_runs);
         plans.clear();
-        plans.extend(blocks.iter().filter_map(|&(block, max)| {
-            let run = self.plan_unmap(block, max)?;
-            Some((self.blocks[block as usize].segment, block, run))
-        }));
+        plans.extend(
+            blocks
+                .iter()
+                .filter_map(|&(block, max)| self.plan_with_segment(block, max)),
+        );
+        self.unmap_plans(plans, source)
+    }
+
+    /// [`Self::plan_unmap`] with the block's segment: (segment, block, run).
+    fn plan_with_segment(&self, block: u32, max_bytes: u64) -> Option<(u32, u32, Range<u64>)> {
+        let run = self.plan_unmap(block, max_bytes)?;
+        Some((self.blocks[block as usize].segment, block, run))
+    }
+
+    /// Unmaps planned runs (from [`Self::plan_with_segment`]), with one bind per range, and
+    /// keeps `plans`'s buffer for the next batch. Returns the bytes unmapped, now spare.
+    fn unmap_plans(
+        &mut self,
+        mut plans: Vec<(u32, u32, Range<u64>)>,
+        source: &mut dyn SegmentSource,
+    ) -> Result<u64, SourceError> {
+        let mut runs = std::mem::take(&mut self.pages.scratch_runs);
         plans.sort_unstable_by_key(|(segment, _, run)| (*segment, run.start));
         let mut result = Ok(0);
         for group in plans.chunk_by(|a, b| a.0 == b.0) {
@@ -401,20 +439,30 @@ impl EngineState {
 
     /// Merges unmapped block `block` with unmapped neighbours and indexes the result.
     pub(super) fn merge_unmapped(&mut self, block: u32) -> u32 {
-        let mut block = block;
         let prev = self.links.prev(block);
-        if self.links.is_unmapped_block(prev) {
-            self.unindex_unmapped(prev);
-            self.absorb_next(prev);
-            block = prev;
-        }
         let next = self.links.next(block);
-        if self.links.is_unmapped_block(next) {
-            self.unindex_unmapped(next);
-            self.absorb_next(block);
+        let with_prev = self.links.is_unmapped_block(prev);
+        let with_next = self.links.is_unmapped_block(next);
+        // The merged block takes the index entry of the first neighbour it absorbs.
+        let (merged, taken) = match (with_prev, with_next) {
+            (true, _) => (prev, Some(self.key_of(prev))),
+            (false, true) => (block, Some(self.key_of(next))),
+            (false, false) => (block, None),
+        };
+        if with_prev {
+            if with_next {
+                self.unindex_unmapped(next);
+            }
+            self.absorb_next(prev);
         }
-        self.index_unmapped(block);
-        block
+        if with_next {
+            self.absorb_next(merged);
+        }
+        match taken {
+            Some(old) => self.index_unmapped_in_place_of(&old, merged),
+            None => self.index_unmapped(merged),
+        }
+        merged
     }
 
     /// Gives spare memory back to the device.
@@ -474,8 +522,8 @@ impl EngineState {
         source: &mut dyn SegmentSource,
     ) -> Result<u64, SourceError> {
         let mut planned = 0;
-        let mut chosen = std::mem::take(&mut self.pages.scratch_chosen);
-        chosen.clear();
+        let mut plans = std::mem::take(&mut self.pages.scratch_plans);
+        plans.clear();
         self.pages.idle_pages.tidy();
         for block in self.pages.idle_pages.iter() {
             if planned >= bytes {
@@ -484,16 +532,12 @@ impl EngineState {
             if keep.contains(&block) {
                 continue;
             }
-            let want = bytes - planned;
-            if let Some(run) = self.plan_unmap(block, want) {
-                planned += run.end - run.start;
-                chosen.push((block, want));
+            if let Some(plan) = self.plan_with_segment(block, bytes - planned) {
+                planned += plan.2.end - plan.2.start;
+                plans.push(plan);
             }
         }
-        let result = self.unmap_batch(&chosen, source);
-        chosen.clear();
-        self.pages.scratch_chosen = chosen;
-        result
+        self.unmap_plans(plans, source)
     }
 
     /// The unmapped blocks of `kind` on `stream`, lowest address first (kept only in

@@ -68,6 +68,18 @@ impl SizeOrder {
         removed
     }
 
+    /// Takes `old` out and adds `new` (not in the set) in one step; returns whether `old`
+    /// was there.
+    #[inline]
+    pub fn replace(&mut self, old: &FreeKey, new: FreeKey) -> bool {
+        let removed = self.entries.replace(
+            (pack(old.stream, old.size, old.address), old.block),
+            (pack(new.stream, new.size, new.address), new.block),
+        );
+        self.len += usize::from(!removed);
+        removed
+    }
+
     /// The blocks of `stream` of at least `size` bytes, smallest (then lowest) first.
     #[inline]
     pub fn fits_ascending(&self, stream: u32, size: u64) -> impl Iterator<Item = FreeKey> + '_ {

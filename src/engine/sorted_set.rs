@@ -75,6 +75,39 @@ impl<T: Ord + Copy> SortedSet<T> {
         }
     }
 
+    /// Takes `old` out and adds `new` (not in the set); returns whether `old` was there.
+    /// A sorted vector is searched for `old` and, unless `new` sorts between `old`'s
+    /// neighbours (a key that changed a little, as an unmapped block cut to its rest usually
+    /// does), for `new`; only the keys between the two places move, by one.
+    #[inline]
+    pub fn replace(&mut self, old: T, new: T) -> bool {
+        let SortedSet::Sorted(keys) = self else {
+            let removed = self.remove(old);
+            let inserted = self.insert(new);
+            debug_assert!(inserted, "replacement already in the set");
+            return removed;
+        };
+        let Ok(at) = keys.binary_search(&old) else {
+            let inserted = self.insert(new);
+            debug_assert!(inserted, "replacement already in the set");
+            return false;
+        };
+        if (at == 0 || keys[at - 1] < new) && keys.get(at + 1).is_none_or(|&above| new < above) {
+            keys[at] = new;
+            return true;
+        }
+        let to = keys.partition_point(|&k| k < new);
+        debug_assert!(keys.get(to) != Some(&new), "replacement already in the set");
+        if to > at {
+            keys.copy_within(at + 1..to, at);
+            keys[to - 1] = new;
+        } else {
+            keys.copy_within(to..at, to + 1);
+            keys[to] = new;
+        }
+        true
+    }
+
     #[cold]
     #[inline(never)]
     fn become_tree(&mut self) {
@@ -248,6 +281,19 @@ mod tests {
             let key = (r % 1000) as u128;
             if r % 4 < grow {
                 assert_eq!(set.insert(key), reference.insert(key));
+            } else if r % 8 == 7 {
+                // A replacement near the old key (kept in place) or anywhere (moved).
+                let new = if r % 16 == 7 {
+                    key + 1 + ((r >> 20) % 3) as u128
+                } else {
+                    ((r >> 20) % 1000) as u128
+                };
+                // As the engine uses it: the old key is there and the new one is not.
+                if reference.contains(&key) && !reference.contains(&new) {
+                    reference.remove(&key);
+                    reference.insert(new);
+                    assert!(set.replace(key, new));
+                }
             } else {
                 assert_eq!(set.remove(key), reference.remove(&key));
             }

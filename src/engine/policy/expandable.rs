@@ -123,8 +123,9 @@ impl ExpandablePolicy {
 /// larger block while it can grow less (is not followed by as much unmapped space).
 ///
 /// The common case costs one best-fit search and one look at the found block's neighbour,
-/// as `policy:pytorch`'s best fit does; the walk runs only where that neighbour is unmapped,
-/// and each of its steps is a step through the index, not a search.
+/// as `policy:pytorch`'s best fit does. Only where that neighbour is unmapped is the next
+/// larger block looked up (a step through the index, not a search), and the walk runs only
+/// where that block exists and is smaller than the room it must beat.
 #[inline]
 pub(crate) fn candidate_rule(
     state: StateView<'_>,
@@ -136,27 +137,30 @@ pub(crate) fn candidate_rule(
     let mut best = found.key();
     let tail = state.next(best.block);
     if state.is_unmapped_block(tail) {
-        best = walk_past_tails(state, found, tail);
+        let room = best.size + state.block_size(tail);
+        if let Some(next) = found.next_below(room) {
+            best = walk_past_tails(state, best, room, next);
+        }
     }
     state
         .passes_oversize_rules(best.size, rounded)
         .then_some(best)
 }
 
-/// From `found`, a best fit followed by the unmapped block `tail`: the next larger blocks,
-/// as long as each can grow less than the one before (its size plus the unmapped block
-/// after it, if any). Blocks come in ascending size, so a block with no unmapped space
-/// after it can grow no more than any later one: the walk stops at the first such block,
-/// as it does at the first block as large as the room it must beat.
+/// From `best`, a best fit that can grow to `best_room` bytes (its size plus the unmapped
+/// block after it), and `next`, the next larger block, smaller than `best_room`: the next
+/// larger blocks, as long as each can grow less than the one before (its size plus the
+/// unmapped block after it, if any). Blocks come in ascending size, so a block with no
+/// unmapped space after it can grow no more than any later one: the walk stops at the first
+/// such block, as it does at the first block as large as the room it must beat.
 #[inline]
-fn walk_past_tails(state: StateView<'_>, found: Cursor<'_>, mut tail: u32) -> FreeKey {
-    let mut cursor = found;
-    let mut best = found.key();
+fn walk_past_tails(
+    state: StateView<'_>,
+    mut best: FreeKey,
+    mut best_room: u64,
+    mut next: Cursor<'_>,
+) -> FreeKey {
     loop {
-        let best_room = best.size + state.block_size(tail);
-        let Some(next) = cursor.next_below(best_room) else {
-            return best;
-        };
         let key = next.key();
         let next_tail = state.next(key.block);
         let unmapped = state.is_unmapped_block(next_tail);
@@ -172,7 +176,11 @@ fn walk_past_tails(state: StateView<'_>, found: Cursor<'_>, mut tail: u32) -> Fr
         if !unmapped {
             return key;
         }
-        (cursor, best, tail) = (next, key, next_tail);
+        (best, best_room) = (key, room);
+        let Some(after) = next.next_below(best_room) else {
+            return best;
+        };
+        next = after;
     }
 }
 
