@@ -173,8 +173,13 @@ pub struct Config {
     pub compact_recycle_rate: f64,
     /// `policy:compact` in pages mode: how far physical memory may exceed the peak of live
     /// memory before idle pages are recycled, reached once the bytes mapped over the pool's
-    /// life are 1.3 times that peak, and in proportion before (`compact_page_slack`).
+    /// life are `1 + compact_slack_ramp` times that peak, and in proportion before
+    /// (`compact_page_slack`).
     pub compact_page_slack: f64,
+    /// `policy:compact` in pages mode: over how many peaks of live memory mapped beyond the
+    /// first the slack of `compact_page_slack` grows from none to all of it
+    /// (`compact_slack_ramp`).
+    pub compact_slack_ramp: f64,
     /// Pages mode: preferred chunks of device memory a pool keeps allocated ahead of demand
     /// on a thread of its own, so that growing normally binds without waiting for the
     /// driver's allocation (`page_reserve_chunks`; 0: none).
@@ -201,6 +206,7 @@ impl Default for Config {
             compact_release_budget: 0.25,
             compact_recycle_rate: 0.1,
             compact_page_slack: 0.008,
+            compact_slack_ramp: 0.3,
             page_reserve_chunks: 0,
         }
     }
@@ -256,6 +262,8 @@ builders! {
     with_compact_recycle_rate: compact_recycle_rate: f64;
     /// Sets `compact_page_slack`.
     with_compact_page_slack: compact_page_slack: f64;
+    /// Sets `compact_slack_ramp`.
+    with_compact_slack_ramp: compact_slack_ramp: f64;
     /// Sets `page_reserve_chunks`.
     with_page_reserve_chunks: page_reserve_chunks: u32;
 }

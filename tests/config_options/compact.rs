@@ -1,5 +1,5 @@
 //! The default policy's knobs: `compact_min_share`, `compact_reserved_slack`,
-//! `compact_release_budget`, `compact_recycle_rate`, `compact_page_slack`.
+//! `compact_release_budget`, `compact_recycle_rate`, `compact_page_slack`, `compact_slack_ramp`.
 
 use super::*;
 
@@ -273,25 +273,30 @@ fn kv_cache_concatenation(seed: u64, batches: usize) -> String {
     csv
 }
 
+/// The engine's replay of `trace` under `conf`, on a device of an H200's size, which must
+/// map pages.
+fn replay_in_pages(trace: &wgpool::trace::Trace, conf: &str) -> wgpool::trace::ReplayReport {
+    let options = wgpool::trace::ReplayOptions::default()
+        .with_device_memory(Some(150_109_880_320))
+        .with_min_timed_runs(1);
+    let report = wgpool::trace::replay(trace, &Config::parse(conf).unwrap(), &options).unwrap();
+    assert_eq!(report.mode, "pages");
+    report
+}
+
+/// Bytes mapped over the replay, in peaks of live memory.
+fn mapped(report: &wgpool::trace::ReplayReport) -> f64 {
+    report.mapped_bytes_total as f64 / report.peak_live_bytes as f64
+}
+
 /// On a decode whose KV caches grow by concatenation, keeping physical memory within 1% of
 /// live memory takes remapping the caches over and over: a freed cache is one token too
 /// small for the next, and holding it until its neighbour is freed costs about one cache of
 /// memory. `compact_page_slack` sets the trade: more slack, less remapping and more memory.
 #[test]
 fn compact_page_slack_trades_a_bounded_share_of_memory_for_remapping() {
-    use wgpool::trace::{ReplayOptions, parse_trace, replay};
-    let trace = parse_trace(&kv_cache_concatenation(11, 12)).unwrap();
-    let options = ReplayOptions::default()
-        .with_device_memory(Some(150_109_880_320))
-        .with_min_timed_runs(1);
-    let run = |slack: f64| {
-        let conf = format!("compact_page_slack:{slack}");
-        let report = replay(&trace, &Config::parse(&conf).unwrap(), &options).unwrap();
-        assert_eq!(report.mode, "pages");
-        report
-    };
-    let mapped =
-        |r: &wgpool::trace::ReplayReport| r.mapped_bytes_total as f64 / r.peak_live_bytes as f64;
+    let decode = wgpool::trace::parse_trace(&kv_cache_concatenation(11, 12)).unwrap();
+    let run = |slack: f64| replay_in_pages(&decode, &format!("compact_page_slack:{slack}"));
     let reports: Vec<_> = [0.0, 0.02, 0.05].map(run).into();
     let [tight, some, loose] = [&reports[0], &reports[1], &reports[2]];
     // More slack, less remapping; less slack, less memory held.
@@ -317,4 +322,48 @@ fn compact_page_slack_trades_a_bounded_share_of_memory_for_remapping() {
     }
     invalid_value("compact_page_slack:1.5");
     invalid_value("compact_page_slack:-0.1");
+}
+
+// ---------------------------------------------------------------------------------------
+// compact_slack_ramp
+// ---------------------------------------------------------------------------------------
+
+/// `compact_slack_ramp` sets how soon a workload that remaps earns the slack of
+/// `compact_page_slack`. On a decode whose caches grow by concatenation, no ramp (the slack
+/// from the first byte mapped twice) remaps far fewer bytes in far fewer binds than the
+/// default ramp, and physical memory stays within the slack of the peak of live memory
+/// whatever the ramp. (Between the two the effect need not be monotonic: on this decode a
+/// ramp of 0.02 binds less than the default but remaps more bytes.)
+#[test]
+fn compact_slack_ramp_earns_the_slack_sooner_within_the_same_bound() {
+    let decode = wgpool::trace::parse_trace(&kv_cache_concatenation(11, 12)).unwrap();
+    let slack = 0.02;
+    let run = |ramp: f64| {
+        let conf = format!("compact_page_slack:{slack},compact_slack_ramp:{ramp}");
+        replay_in_pages(&decode, &conf)
+    };
+    let reports: Vec<_> = [0.3, 0.02, 0.0].map(run).into();
+    let [default, short, none] = [&reports[0], &reports[1], &reports[2]];
+    // The default remaps the caches (1.7x peak live here); no ramp stops it at once.
+    assert!(mapped(default) > 1.5 && mapped(none) < 1.1, "{reports:?}");
+    assert!(
+        none.bind_calls * 2 < default.bind_calls && short.bind_calls < default.bind_calls,
+        "{reports:?}"
+    );
+    for report in [default, short, none] {
+        let bound = report.peak_live_bytes as f64 * (1.0 + slack) + (512 * KIB) as f64;
+        assert!((report.peak_reserved_bytes as f64) <= bound, "{report:?}");
+    }
+    let parsed = Config::parse("compact_slack_ramp:0.02").unwrap();
+    assert_eq!(parsed.compact_slack_ramp, 0.02);
+    assert_eq!(Config::default().compact_slack_ramp, 0.3);
+    assert_eq!(
+        Config::default()
+            .with_compact_slack_ramp(0.02)
+            .compact_slack_ramp,
+        0.02
+    );
+    invalid_value("compact_slack_ramp:10.5");
+    invalid_value("compact_slack_ramp:-0.1");
+    invalid_value("compact_slack_ramp:soon");
 }

@@ -49,6 +49,7 @@ const TESTED_KEYS: &[&str] = &[
     "compact_release_budget",
     "compact_recycle_rate",
     "compact_page_slack",
+    "compact_slack_ramp",
     "page_reserve_chunks",
 ];
 

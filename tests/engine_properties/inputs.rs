@@ -258,6 +258,7 @@ pub fn setup_strategy(shape: Shape) -> impl Strategy<Value = SegmentSetup> {
             .prop_map(keyed("compact_release_budget")),
         prop::option::weighted(0.2, 0.0f64..=100.0).prop_map(keyed("compact_recycle_rate")),
         prop::option::weighted(0.2, 0.0f64..=1.0).prop_map(keyed("compact_page_slack")),
+        prop::option::weighted(0.2, 0.0f64..=10.0).prop_map(keyed("compact_slack_ramp")),
         prop::option::weighted(0.1, 0u32..=8).prop_map(keyed("page_reserve_chunks")),
     );
     let limits = (
@@ -270,7 +271,7 @@ pub fn setup_strategy(shape: Shape) -> impl Strategy<Value = SegmentSetup> {
         let (device_memory, mut device_limit, max_segment_size, fallback_mb) = l;
         let parts: Vec<String> = [
             o.0, o.1, o.2, o.3, o.4, o.5, o.6, o.7, o.8, o.9, o.10, o.11, k.0, k.1, k.2, k.3, k.4,
-            k.5,
+            k.5, k.6,
         ]
         .into_iter()
         .flatten()
@@ -373,6 +374,8 @@ pub fn page_setup_strategy(limited: bool) -> impl Strategy<Value = PageSetup> {
             .prop_map(keyed("compact_recycle_rate")),
         prop::option::weighted(0.3, prop_oneof![0.0f64..=0.02, 0.0f64..=1.0])
             .prop_map(keyed("compact_page_slack")),
+        prop::option::weighted(0.3, prop_oneof![0.0f64..=0.05, 0.0f64..=10.0])
+            .prop_map(keyed("compact_slack_ramp")),
         prop::option::weighted(0.1, 0u32..=8).prop_map(keyed("page_reserve_chunks")),
     );
     let device = (
@@ -393,7 +396,7 @@ pub fn page_setup_strategy(limited: bool) -> impl Strategy<Value = PageSetup> {
             device_memory = Some(8 * GIB);
         }
         let parts: Vec<String> = [
-            o.1, o.2, o.3, o.4, gc, o.6, o.7, o.8, o.9, o.10, k.0, k.1, k.2, k.3, k.4, k.5,
+            o.1, o.2, o.3, o.4, gc, o.6, o.7, o.8, o.9, o.10, k.0, k.1, k.2, k.3, k.4, k.5, k.6,
         ]
         .into_iter()
         .flatten()

@@ -10,12 +10,14 @@
 //!   live (requested) memory so far, idle pages (whole pages of free blocks) are unmapped,
 //!   least recently freed first, and their memory is mapped where the request goes instead
 //!   of new memory. The slack is `compact_page_slack` (default 0.8%) of the peak once the
-//!   bytes mapped over the engine's life reach [`SLACK_FULL_AT`] times the peak, and in
-//!   proportion before: none until a byte is mapped a second time. A workload that hardly
-//!   remaps keeps physical memory at its peak; one that keeps remapping (a KV-cache decode
-//!   whose caches grow by concatenation) gets room to stop, trading at most the slack in
-//!   memory for remapping: on the decode trace of `tools/synth_traces.py` the bytes mapped
-//!   fall from 1.67x to 1.42x peak live, for physical memory at 1.008x it instead of 1.001x.
+//!   bytes mapped over the engine's life reach 1 + `compact_slack_ramp` (default 0.3) times
+//!   the peak, and in proportion before: none until a byte is mapped a second time. A
+//!   workload that hardly remaps keeps physical memory at its peak; one that keeps remapping
+//!   (a KV-cache decode whose caches grow by concatenation) gets room to stop, trading at
+//!   most the slack in memory for remapping: on the decode trace of `tools/synth_traces.py`
+//!   the bytes mapped fall from 1.67x to 1.42x peak live, for physical memory at 1.008x it
+//!   instead of 1.001x (and to 1.03x with `compact_slack_ramp:0.02`, which earns the slack
+//!   sooner).
 //! - Recycling has a budget: the bytes mapped over the engine's life may reach
 //!   [`CHURN_STOP`] times the peak of live memory plus `compact_recycle_rate` times the bytes
 //!   requested so far. Over the last [`CHURN_RAMP`] peaks of that budget, physical memory may
@@ -42,10 +44,6 @@ use crate::engine::state::EngineState;
 pub(crate) const LARGE_PAGE: u64 = 512 << 10;
 /// Page of the small kind (blocks of up to 1 MiB).
 pub(crate) const SMALL_PAGE: u64 = 64 << 10;
-/// Bytes mapped over the engine's life, in peaks of live memory, from which physical memory
-/// may exceed the peak by all of `compact_page_slack` before idle pages are recycled (from
-/// 1x, where nothing was mapped twice, the slack grows in proportion).
-pub(crate) const SLACK_FULL_AT: f64 = 1.3;
 /// The fixed part of the recycling budget: bytes mapped over the engine's life, as a
 /// multiple of the peak of live memory. Workloads whose live set keeps its shape (training,
 /// serving) stay far below it.
@@ -180,8 +178,12 @@ impl CompactPagesPolicy {
         }
         let ramp = ((mapped - (budget - CHURN_RAMP * peak)) / (CHURN_RAMP * peak).max(1.0))
             .clamp(0.0, 1.0);
-        let remapped = ((mapped - peak) / ((SLACK_FULL_AT - 1.0) * peak).max(1.0)).clamp(0.0, 1.0);
-        let slack = state.config().compact_page_slack * remapped;
+        // From 1x the peak mapped (nothing mapped twice) the slack grows in proportion, and
+        // applies in full once `compact_slack_ramp` peaks more were mapped.
+        let config = state.config();
+        let remapped =
+            ((mapped - peak) / (config.compact_slack_ramp * peak).max(1.0)).clamp(0.0, 1.0);
+        let slack = config.compact_page_slack * remapped;
         Some((peak * (1.0 + slack + ramp * SLACK_MAX)) as u64)
     }
 
