@@ -363,6 +363,15 @@ fn compact_slack_ramp_earns_the_slack_sooner_within_the_same_bound() {
             .compact_slack_ramp,
         0.02
     );
+    // A builder's value goes through the same check as a parsed one.
+    for bad in [10.5, -0.1, f64::NAN] {
+        let built = Config::default().with_compact_slack_ramp(bad);
+        assert!(built.validate().is_err(), "{bad}");
+        assert!(
+            Engine::new(built, EngineLimits::unlimited()).is_err(),
+            "{bad}"
+        );
+    }
     invalid_value("compact_slack_ramp:10.5");
     invalid_value("compact_slack_ramp:-0.1");
     invalid_value("compact_slack_ramp:soon");
