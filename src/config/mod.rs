@@ -180,6 +180,11 @@ pub struct Config {
     /// first the slack of `compact_page_slack` grows from none to all of it
     /// (`compact_slack_ramp`).
     pub compact_slack_ramp: f64,
+    /// `policy:compact` in pages mode: whether a workload whose requests keep growing a
+    /// little at a time (a KV cache concatenated one token per step) earns the slack of
+    /// `compact_page_slack` as soon as that shows, instead of over the ramp
+    /// (`compact_slack_on_growth`).
+    pub compact_slack_on_growth: bool,
     /// Pages mode: preferred chunks of device memory a pool keeps allocated ahead of demand
     /// on a thread of its own, so that growing normally binds without waiting for the
     /// driver's allocation (`page_reserve_chunks`; 0: none).
@@ -207,6 +212,7 @@ impl Default for Config {
             compact_recycle_rate: 0.1,
             compact_page_slack: 0.008,
             compact_slack_ramp: 0.3,
+            compact_slack_on_growth: true,
             page_reserve_chunks: 0,
         }
     }
@@ -264,6 +270,8 @@ builders! {
     with_compact_page_slack: compact_page_slack: f64;
     /// Sets `compact_slack_ramp`.
     with_compact_slack_ramp: compact_slack_ramp: f64;
+    /// Sets `compact_slack_on_growth`.
+    with_compact_slack_on_growth: compact_slack_on_growth: bool;
     /// Sets `page_reserve_chunks`.
     with_page_reserve_chunks: page_reserve_chunks: u32;
 }

@@ -1,5 +1,6 @@
 //! The default policy's knobs: `compact_min_share`, `compact_reserved_slack`,
-//! `compact_release_budget`, `compact_recycle_rate`, `compact_page_slack`, `compact_slack_ramp`.
+//! `compact_release_budget`, `compact_recycle_rate`, `compact_page_slack`, `compact_slack_ramp`,
+//! `compact_slack_on_growth`.
 
 use super::*;
 
@@ -296,7 +297,11 @@ fn mapped(report: &wgpool::trace::ReplayReport) -> f64 {
 #[test]
 fn compact_page_slack_trades_a_bounded_share_of_memory_for_remapping() {
     let decode = wgpool::trace::parse_trace(&kv_cache_concatenation(11, 12)).unwrap();
-    let run = |slack: f64| replay_in_pages(&decode, &format!("compact_page_slack:{slack}"));
+    // The growth signal (tested below) would earn the slack at once on this decode.
+    let run = |slack: f64| {
+        let conf = format!("compact_page_slack:{slack},compact_slack_on_growth:False");
+        replay_in_pages(&decode, &conf)
+    };
     let reports: Vec<_> = [0.0, 0.02, 0.05].map(run).into();
     let [tight, some, loose] = [&reports[0], &reports[1], &reports[2]];
     // More slack, less remapping; less slack, less memory held.
@@ -339,7 +344,9 @@ fn compact_slack_ramp_earns_the_slack_sooner_within_the_same_bound() {
     let decode = wgpool::trace::parse_trace(&kv_cache_concatenation(11, 12)).unwrap();
     let slack = 0.02;
     let run = |ramp: f64| {
-        let conf = format!("compact_page_slack:{slack},compact_slack_ramp:{ramp}");
+        let conf = format!(
+            "compact_page_slack:{slack},compact_slack_ramp:{ramp},compact_slack_on_growth:False"
+        );
         replay_in_pages(&decode, &conf)
     };
     let reports: Vec<_> = [0.3, 0.02, 0.0].map(run).into();
@@ -375,4 +382,52 @@ fn compact_slack_ramp_earns_the_slack_sooner_within_the_same_bound() {
     invalid_value("compact_slack_ramp:10.5");
     invalid_value("compact_slack_ramp:-0.1");
     invalid_value("compact_slack_ramp:soon");
+}
+
+// ---------------------------------------------------------------------------------------
+// compact_slack_on_growth
+// ---------------------------------------------------------------------------------------
+
+/// A decode's misses show growth by concatenation from its first steps: with the signal it
+/// earns the slack then, instead of over the ramp, and remaps its caches far less within the
+/// same bound on memory. A training trace, whose sizes repeat step after step, is placed
+/// exactly as without it.
+#[test]
+fn compact_slack_on_growth_earns_the_slack_for_a_decode_and_leaves_training_alone() {
+    let decode = wgpool::trace::parse_trace(&kv_cache_concatenation(11, 12)).unwrap();
+    let slack = 0.02;
+    let run = |trace: &wgpool::trace::Trace, on: bool| {
+        let conf = format!("compact_page_slack:{slack},compact_slack_on_growth:{on}");
+        replay_in_pages(trace, &conf)
+    };
+    let (off, on) = (run(&decode, false), run(&decode, true));
+    assert!(mapped(&off) > 1.5 && mapped(&on) < 1.2, "{off:?} {on:?}");
+    assert!(on.bind_calls * 2 < off.bind_calls, "{off:?} {on:?}");
+    let bound = on.peak_live_bytes as f64 * (1.0 + slack) + (512 * KIB) as f64;
+    assert!((on.peak_reserved_bytes as f64) <= bound, "{on:?}");
+    // GPT-2 training: the same placement, binds and memory either way.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gpt2-train.csv");
+    let training = wgpool::trace::parse_trace(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let (off, on) = (run(&training, false), run(&training, true));
+    assert_eq!(
+        (
+            off.peak_reserved_bytes,
+            off.mapped_bytes_total,
+            off.bind_calls
+        ),
+        (on.peak_reserved_bytes, on.mapped_bytes_total, on.bind_calls)
+    );
+    assert!(Config::default().compact_slack_on_growth);
+    assert!(
+        !Config::parse("compact_slack_on_growth:false")
+            .unwrap()
+            .compact_slack_on_growth
+    );
+    assert!(
+        !Config::default()
+            .with_compact_slack_on_growth(false)
+            .compact_slack_on_growth
+    );
+    invalid_value("compact_slack_on_growth:soon");
+    invalid_value("compact_slack_on_growth:2");
 }

@@ -50,6 +50,7 @@ const TESTED_KEYS: &[&str] = &[
     "compact_recycle_rate",
     "compact_page_slack",
     "compact_slack_ramp",
+    "compact_slack_on_growth",
     "page_reserve_chunks",
 ];
 

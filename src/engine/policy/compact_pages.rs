@@ -13,11 +13,13 @@
 //!   bytes mapped over the engine's life reach 1 + `compact_slack_ramp` (default 0.3) times
 //!   the peak, and in proportion before: none until a byte is mapped a second time. A
 //!   workload that hardly remaps keeps physical memory at its peak; one that keeps remapping
-//!   (a KV-cache decode whose caches grow by concatenation) gets room to stop, trading at
-//!   most the slack in memory for remapping: on the decode trace of `tools/synth_traces.py`
-//!   the bytes mapped fall from 1.67x to 1.42x peak live, for physical memory at 1.008x it
-//!   instead of 1.001x (and to 1.03x with `compact_slack_ramp:0.02`, which earns the slack
-//!   sooner).
+//!   gets room to stop, trading at most the slack in memory for remapping. A workload whose
+//!   misses show growth by concatenation (a KV-cache decode; see
+//!   [`GrowthSignal`](super::growth_signal::GrowthSignal)) earns the slack from that
+//!   evidence, sooner than by the ramp (`compact_slack_on_growth`): on the decode trace of
+//!   `tools/synth_traces.py` the bytes mapped fall from 1.67x peak live (no slack) to 1.42x
+//!   by the ramp alone and to 1.03x with the signal, for physical memory at 1.008x peak live
+//!   instead of 1.001x.
 //! - Recycling has a budget: the bytes mapped over the engine's life may reach
 //!   [`CHURN_STOP`] times the peak of live memory plus `compact_recycle_rate` times the bytes
 //!   requested so far. Over the last [`CHURN_RAMP`] peaks of that budget, physical memory may
@@ -30,6 +32,7 @@
 //!   the request retried once more.
 
 use super::expandable::candidate_rule as expandable_best_fit;
+use super::growth_signal::GrowthSignal;
 use super::{Growth, PlacementPolicy, Request, StateView};
 use crate::engine::error::AllocError;
 use crate::engine::free_index::FreeKey;
@@ -60,7 +63,10 @@ const SEARCH_DEPTH: usize = 8;
 
 /// `policy:compact` in pages mode (the default policy there): compact placement in pages.
 #[derive(Debug, Default)]
-pub(crate) struct CompactPagesPolicy;
+pub(crate) struct CompactPagesPolicy {
+    /// The misses so far, as evidence of growth by concatenation.
+    growth: GrowthSignal,
+}
 
 /// Where a missed request goes: from `start` (a free mapped block, or `unmapped` itself),
 /// mapping the first `needed` bytes of `unmapped`.
@@ -166,8 +172,9 @@ fn place(state: StateView<'_>, kind: SegmentKind, stream: u32, rounded: u64) -> 
 
 impl CompactPagesPolicy {
     /// The physical memory allowed before recycling, for this request; `None` once the
-    /// recycling budget is spent.
-    fn limit(state: StateView<'_>, request: Request) -> Option<u64> {
+    /// recycling budget is spent. `growth` is the share of the slack that growth by
+    /// concatenation has earned (0 to 1).
+    fn limit(state: StateView<'_>, request: Request, growth: f64) -> Option<u64> {
         let live = state.requested_bytes() + request.requested;
         let peak = state.lifetime_requested_peak().max(live) as f64;
         let requested = (state.lifetime_requested_total() + request.requested) as f64;
@@ -179,11 +186,12 @@ impl CompactPagesPolicy {
         let ramp = ((mapped - (budget - CHURN_RAMP * peak)) / (CHURN_RAMP * peak).max(1.0))
             .clamp(0.0, 1.0);
         // From 1x the peak mapped (nothing mapped twice) the slack grows in proportion, and
-        // applies in full once `compact_slack_ramp` peaks more were mapped.
+        // applies in full once `compact_slack_ramp` peaks more were mapped, or sooner as
+        // growth by concatenation shows.
         let config = state.config();
         let remapped =
             ((mapped - peak) / (config.compact_slack_ramp * peak).max(1.0)).clamp(0.0, 1.0);
-        let slack = config.compact_page_slack * remapped;
+        let slack = config.compact_page_slack * remapped.max(growth);
         Some((peak * (1.0 + slack + ramp * SLACK_MAX)) as u64)
     }
 
@@ -294,7 +302,13 @@ impl PlacementPolicy for CompactPagesPolicy {
         request: Request,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, AllocError> {
-        let limit = Self::limit(engine.view(), request).unwrap_or(u64::MAX);
+        let growth = if engine.view().config().compact_slack_on_growth {
+            self.growth.miss(request.rounded);
+            self.growth.earned()
+        } else {
+            0.0
+        };
+        let limit = Self::limit(engine.view(), request, growth).unwrap_or(u64::MAX);
         match Self::attempt(engine, request, Some(limit), source) {
             Ok(block) => return Ok(block),
             Err(failure) => {

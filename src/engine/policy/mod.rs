@@ -12,6 +12,7 @@
 mod compact;
 mod compact_pages;
 mod expandable;
+mod growth_signal;
 mod passthrough;
 mod pytorch;
 mod view;
@@ -82,6 +83,6 @@ pub(crate) fn for_config(config: &Config, pages_mode: bool) -> Box<dyn Placement
         (Caching::Native, Policy::Pytorch, false) => Box::new(PytorchPolicy),
         (Caching::Native, Policy::Compact, false) => Box::new(CompactPolicy::default()),
         (Caching::Native, Policy::Pytorch, true) => Box::new(ExpandablePolicy),
-        (Caching::Native, Policy::Compact, true) => Box::new(CompactPagesPolicy),
+        (Caching::Native, Policy::Compact, true) => Box::new(CompactPagesPolicy::default()),
     }
 }
