@@ -27,7 +27,7 @@ const CHANCE: f64 = 2.0;
 const FULL: f64 = 8.0;
 
 /// The misses a policy has seen, as evidence of growth by concatenation.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub(crate) struct GrowthSignal {
     recent: [u64; MEMORY],
     next: usize,
