@@ -322,13 +322,14 @@ fn unmapped_memory_is_reused_and_neighbours_keep_their_data() {
     assert_eq!(memory.counters().chunks.frees, 1);
 }
 
-/// On a device whose only queue wgpu shares with the binds, wgpu's `vkQueueSubmit` is the
-/// gated one; with a queue of the pool's own, wgpu keeps the driver's.
+/// wgpu's `vkQueueSubmit` on a device that maps pages is always the gated one: it submits
+/// the maps pools queued first (and where wgpu's queue is the bind queue, it also excludes
+/// the binds).
 #[test]
-fn wgpu_submits_through_the_gate_exactly_when_the_queue_is_shared() {
+fn wgpu_submits_through_the_gate_on_a_page_mapping_device() {
     use wgpu::hal::api::Vulkan;
     let ctx = gpu();
-    let own_queue = ctx.page_mapping().unwrap().facts().own_queue;
+    assert!(ctx.page_mapping().is_ok());
     // SAFETY: only function pointers and handles are read.
     let (wgpu_submit, driver_submit) = unsafe {
         let device = ctx.device().as_hal::<Vulkan>().unwrap();
@@ -341,18 +342,13 @@ fn wgpu_submits_through_the_gate_exactly_when_the_queue_is_shared() {
             .unwrap();
         (raw.fp_v1_0().queue_submit as usize, driver as usize)
     };
-    if own_queue {
-        assert_eq!(
-            wgpu_submit, driver_submit,
-            "an own bind queue needs no gate"
-        );
-    } else {
-        assert_ne!(wgpu_submit, driver_submit, "the shared queue must be gated");
-    }
+    assert_ne!(wgpu_submit, driver_submit, "wgpu's queue must be gated");
 }
 
 /// Application threads submit kernels and read back while this thread maps, writes, checks
-/// and unmaps pages on the same device (on lavapipe: the same queue).
+/// and unmaps pages on the same device (on lavapipe: the same queue), with each map bound in
+/// a call of its own and with maps queued for a shared call: then the application threads'
+/// submissions bind them too, and every check still finds its pages bound.
 #[test]
 fn binds_and_submissions_from_other_threads_stay_correct() {
     let ctx = gpu();
@@ -371,32 +367,172 @@ fn binds_and_submissions_from_other_threads_stay_correct() {
         assert_eq!(words(&data), expected, "seed {seed}");
     };
     const ROUNDS: u32 = 30;
-    std::thread::scope(|scope| {
-        for thread in 0..3u32 {
-            let check = &check;
-            scope.spawn(move || {
-                let buffer = ctx.device().create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("app"),
-                    size: 64 << 10,
-                    usage: USAGE,
-                    mapped_at_creation: false,
+    for batch in [1u32, 8] {
+        std::thread::scope(|scope| {
+            for thread in 0..3u32 {
+                let check = &check;
+                scope.spawn(move || {
+                    let buffer = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("app"),
+                        size: 64 << 10,
+                        usage: USAGE,
+                        mapped_at_creation: false,
+                    });
+                    for round in 0..ROUNDS {
+                        check(&buffer, 0, 64 << 10, 1000 * thread + round);
+                    }
                 });
-                for round in 0..ROUNDS {
-                    check(&buffer, 0, 64 << 10, 1000 * thread + round);
-                }
-            });
+            }
+            let mut memory = paged();
+            memory.set_bind_batch(batch);
+            memory.reserve_range(0, 8 << 20).unwrap();
+            let buffer = memory.buffer(0).unwrap().clone();
+            for round in 0..ROUNDS {
+                let offset = (round as u64 % 16) * (512 << 10);
+                memory.map(0, &[(offset, 256 << 10)]).unwrap();
+                check(&buffer, offset + 512, (256 << 10) - 1024, 7 + round);
+                memory.unmap(0, &[(offset, 256 << 10)]).unwrap();
+            }
+            let counters = memory.counters();
+            if batch == 1 {
+                // A map and an unmap per round, each a call of its own; an unmap may also
+                // submit maps other tests' pools queued on the shared device (a call more).
+                let calls = counters.bind_calls;
+                assert!(
+                    (2 * ROUNDS as u64..=3 * ROUNDS as u64).contains(&calls),
+                    "{calls}"
+                );
+                assert_eq!(counters.maps_queued, 0, "each map binds at once");
+            } else {
+                // Every map waited; the check's own submission bound it.
+                assert_eq!(counters.maps_queued, ROUNDS as u64);
+                assert!(counters.bind_calls <= 2 * ROUNDS as u64, "{counters:?}");
+            }
+        });
+    }
+}
+
+/// Maps queued for a shared call (`set_bind_batch`) reach the driver when the batch fills,
+/// before an unmap, and at the next wgpu submission; kernels always find their pages bound.
+/// On a device of its own, so that no other pool's maps join the queue.
+#[test]
+fn queued_maps_are_bound_before_any_work_that_may_use_them() {
+    // Work that waits for a bind never submitted waits for ever (on lavapipe's one queue the
+    // whole queue does, and so does dropping the memory after a failed assertion).
+    common::within(std::time::Duration::from_secs(120), queued_maps_are_bound);
+}
+
+fn queued_maps_are_bound() {
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let sparse = sparse_device(own.device()).unwrap();
+    let kernels = Kernels::new(own.device(), own.queue());
+    let mut memory =
+        PagedMemory::new(own.device(), own.queue(), USAGE, "batched", small_chunks()).unwrap();
+    memory.set_bind_batch(4);
+    memory.reserve_range(0, 16 << 20).unwrap();
+    let buffer = memory.buffer(0).unwrap().clone();
+    const RUN: u64 = 256 << 10;
+    let fill_and_check = |offset: u64, seed: u32| {
+        kernels
+            .run(&KernelCall::fill_pattern(
+                Operand::new(&buffer, offset, RUN),
+                seed,
+            ))
+            .unwrap();
+        let data = read_region(own.device(), own.queue(), &buffer, offset, RUN).unwrap();
+        let expected: Vec<u32> = (0..(RUN / 4) as u32)
+            .map(|i| pattern_word(seed, i))
+            .collect();
+        assert_eq!(words(&data), expected, "seed {seed}");
+    };
+    // Ten maps: the fourth and the eighth fill the batch, two stay queued.
+    for i in 0..10u64 {
+        memory.map(0, &[(i * 2 * RUN, RUN)]).unwrap();
+    }
+    assert_eq!(memory.counters().maps_queued, 10);
+    assert_eq!(memory.counters().bind_calls, 2, "a call per full batch");
+    let at_submit = sparse.bind_calls_at_submit();
+    // Any wgpu submission binds the two queued maps first, in one call (checked before
+    // anything waits for the GPU, which would wait for ever without that call).
+    own.queue().submit(std::iter::empty());
+    assert_eq!(
+        sparse.bind_calls_at_submit(),
+        at_submit + 1,
+        "the submission bound the queued maps"
+    );
+    fill_and_check(9 * 2 * RUN, 90);
+    for i in 0..9u64 {
+        fill_and_check(i * 2 * RUN, i as u32);
+    }
+    assert_eq!(
+        sparse.bind_calls_at_submit(),
+        at_submit + 1,
+        "nothing was left queued"
+    );
+    // A map queued, then an unmap: the queue goes first, in a call of its own.
+    memory.map(0, &[(20 * RUN, RUN)]).unwrap();
+    memory.unmap(0, &[(0, RUN)]).unwrap();
+    assert_eq!(memory.counters().bind_calls, 4);
+    fill_and_check(20 * RUN, 20);
+    assert_eq!(sparse.bind_calls_at_submit(), at_submit + 1);
+    // A queued map, and an explicit submission of the queue.
+    memory.map(0, &[(0, RUN)]).unwrap();
+    memory.submit_queued_maps().unwrap();
+    assert_eq!(memory.counters().bind_calls, 5);
+    memory.submit_queued_maps().unwrap();
+    assert_eq!(memory.counters().bind_calls, 5, "the queue was empty");
+    fill_and_check(0, 7);
+    assert_eq!(sparse.bind_calls_at_submit(), at_submit + 1);
+}
+
+/// Through a pool: with the default `page_bind_batch` maps wait for shared calls, with
+/// `page_bind_batch:1` each binds at once; both take the same device memory and keep every
+/// block's bytes.
+#[test]
+fn pools_batch_their_maps_and_keep_every_block_intact() {
+    let ctx = gpu();
+    let mut seen = Vec::new();
+    for conf in [
+        "expandable_segments:True",
+        "expandable_segments:True,page_bind_batch:1",
+    ] {
+        let pool = Pool::with_options(
+            ctx.device(),
+            ctx.queue(),
+            Config::parse(conf).unwrap(),
+            PoolOptions::default().with_chunk_policy(small_chunks()),
+        )
+        .unwrap();
+        assert_eq!(pool.memory_mode(), MemoryMode::Pages);
+        // Sizes that grow a little each time, as a KV cache does: each needs new pages.
+        let blocks: Vec<(Block, Vec<u8>)> = (0..24u32)
+            .map(|i| {
+                let size = (1 << 20) + u64::from(i) * 20_480;
+                let block = pool.alloc(size).unwrap();
+                let data = pattern_bytes(40 + i, size);
+                (block, data)
+            })
+            .collect();
+        let usage = pool.device_memory_usage();
+        for (block, data) in &blocks {
+            pool.write(block, data).unwrap();
         }
-        let mut memory = paged();
-        memory.reserve_range(0, 8 << 20).unwrap();
-        let buffer = memory.buffer(0).unwrap().clone();
-        for round in 0..ROUNDS {
-            let offset = (round as u64 % 16) * (512 << 10);
-            memory.map(0, &[(offset, 256 << 10)]).unwrap();
-            check(&buffer, offset + 512, (256 << 10) - 1024, 7 + round);
-            memory.unmap(0, &[(offset, 256 << 10)]).unwrap();
+        for (i, (block, data)) in blocks.iter().enumerate() {
+            assert!(pool.read(block).unwrap() == *data, "{conf}: block {i}");
         }
-        assert_eq!(memory.counters().bind_calls, 2 * ROUNDS as u64);
-    });
+        seen.push((usage.maps_queued, usage.bind_calls, usage.device_bytes));
+        drop(blocks);
+        pool.check_consistency().unwrap();
+    }
+    let (batched, single) = (seen[0], seen[1]);
+    assert_eq!(single.0, 0, "page_bind_batch:1 queues nothing");
+    assert!(batched.0 >= 16, "{batched:?}: maps waited for shared calls");
+    assert!(
+        batched.1 * 4 <= single.1,
+        "{batched:?} / {single:?}: far fewer calls"
+    );
+    assert_eq!(batched.2, single.2, "the same device memory");
 }
 
 /// The engine's page operations: unmapped memory stays spare, `release_spare` frees whole
@@ -903,8 +1039,10 @@ fn growth_and_shrinking_while_kernels_run_keep_live_blocks_intact() {
             (block, data)
         })
         .collect();
+    // Maps bind in calls of the pool's own, or wait for a call shared with other maps.
+    let grown_usage = pool.device_memory_usage();
     assert!(
-        pool.device_memory_usage().bind_calls > after.bind_calls,
+        grown_usage.bind_calls + grown_usage.maps_queued > after.bind_calls + after.maps_queued,
         "pages were mapped"
     );
     // Shrink again: two of the new blocks go.

@@ -189,6 +189,9 @@ pub struct Config {
     /// on a thread of its own, so that growing normally binds without waiting for the
     /// driver's allocation (`page_reserve_chunks`; 0: none).
     pub page_reserve_chunks: u32,
+    /// Pages mode: maps a pool lets wait on the device for one `vkQueueBindSparse` together,
+    /// where binds are ordered on the GPU (`page_bind_batch`; 1: a call per map).
+    pub page_bind_batch: u32,
 }
 
 impl Default for Config {
@@ -214,6 +217,7 @@ impl Default for Config {
             compact_slack_ramp: 0.3,
             compact_slack_on_growth: true,
             page_reserve_chunks: 0,
+            page_bind_batch: 16,
         }
     }
 }
@@ -274,6 +278,8 @@ builders! {
     with_compact_slack_on_growth: compact_slack_on_growth: bool;
     /// Sets `page_reserve_chunks`.
     with_page_reserve_chunks: page_reserve_chunks: u32;
+    /// Sets `page_bind_batch`.
+    with_page_bind_batch: page_bind_batch: u32;
 }
 
 impl std::str::FromStr for Config {

@@ -41,6 +41,7 @@ pub(crate) fn for_plan(
         (MemoryMode::Pages, Some(sparse)) => {
             let mut memory = PagedMemory::on(sparse.clone(), device, queue, usage, label, policy);
             memory.set_reserve(plan.reserve_chunks);
+            memory.set_bind_batch(plan.bind_batch);
             Backing::new(BackingKind::Pages(Box::new(PagedSource::new(memory))))
         }
         _ => segment_buffers(device, usage, label),
@@ -110,6 +111,15 @@ impl Backing {
         }
     }
 
+    /// Submits the maps queued on the device (pages mode; see `page_bind_batch`), counted
+    /// as the pool's bind call.
+    pub fn submit_queued_maps(&mut self) -> Result<(), SourceError> {
+        match &mut self.source {
+            BackingKind::Pages(pages) => Ok(pages.memory_mut().submit_queued_maps()?),
+            BackingKind::Segments(_) => Ok(()),
+        }
+    }
+
     /// The pool's mode.
     pub fn mode(&self) -> MemoryMode {
         match &self.source {
@@ -138,6 +148,7 @@ impl Backing {
                     allocations: counters.created,
                     frees: counters.destroyed,
                     bind_calls: 0,
+                    maps_queued: 0,
                     wrapper_orderings: 0,
                     unbind_signals: 0,
                     ordering_time: Duration::ZERO,
@@ -165,6 +176,7 @@ impl Backing {
                     allocations: counters.chunks.allocations,
                     frees: counters.chunks.frees,
                     bind_calls: counters.bind_calls,
+                    maps_queued: counters.maps_queued,
                     wrapper_orderings: source.wrapper_orderings(),
                     unbind_signals: counters.unbind_signals,
                     ordering_time: counters.ordering_time,

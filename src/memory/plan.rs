@@ -30,6 +30,8 @@ pub(crate) struct MemoryPlan {
     /// Chunks the backing keeps allocated ahead of demand in pages mode
     /// (`page_reserve_chunks`).
     pub reserve_chunks: u32,
+    /// Maps the backing lets wait for one bind call in pages mode (`page_bind_batch`).
+    pub bind_batch: u32,
 }
 
 /// Why no plan fits the configuration on this device.
@@ -58,6 +60,7 @@ pub(crate) fn plan(config: &Config, device: &wgpu::Device) -> Result<MemoryPlan,
         page_mapping: None,
         sparse: None,
         reserve_chunks: 0,
+        bind_batch: 1,
     };
     let sparse = match (config.expandable(), sparse_device(device)) {
         (ExpandableSegments::False, _) => {
@@ -104,5 +107,6 @@ pub(crate) fn plan(config: &Config, device: &wgpu::Device) -> Result<MemoryPlan,
         page_mapping: Some(mapping),
         sparse: Some(sparse),
         reserve_chunks: config.page_reserve_chunks,
+        bind_batch: config.page_bind_batch,
     })
 }

@@ -327,6 +327,13 @@ impl Pool {
         self.shared.lock().memory.usage_report()
     }
 
+    /// Submits the maps queued on the pool's device now (pages mode, `page_bind_batch`)
+    /// rather than at the next wgpu submission, counted as the pool's bind call; for
+    /// measurements that end with every block bound.
+    pub(crate) fn submit_queued_maps(&self) -> Result<(), crate::engine::SourceError> {
+        self.shared.lock().memory.submit_queued_maps()
+    }
+
     /// A counter that grows whenever the pool got or gave back device memory;
     /// read without the pool's lock, for watchers that query the device only then.
     pub(crate) fn device_memory_changes(&self) -> u64 {

@@ -10,7 +10,7 @@ use super::ops::{Trace, TraceOp};
 use super::replay::{ReplayOptions, replay};
 use super::replay_error::ReplayError;
 use crate::config::Config;
-use crate::engine::AllocError;
+use crate::engine::{AllocError, SourceError};
 use crate::gpu::sparse::ChunkPolicy;
 use crate::gpu::{DeviceMemoryInfo, GpuContext};
 use crate::pool::{Block, MemoryMode, Pool, PoolError, PoolOptions};
@@ -179,6 +179,9 @@ pub struct GpuReplayReport {
     pub device_frees: u64,
     /// `vkQueueBindSparse` calls (0 for segments).
     pub bind_calls: u64,
+    /// Maps that waited for a call shared with other maps (`page_bind_batch`; 0 for
+    /// segments).
+    pub maps_queued: u64,
     /// Of `driver_time_s`: creating and releasing ranges and their wrappers (0 for
     /// segments).
     pub range_time_s: f64,
@@ -249,6 +252,14 @@ pub enum GpuReplayError {
         /// The pool's error.
         #[source]
         source: Box<AllocError>,
+    },
+    /// Submitting the maps still queued at the end of a run (`page_bind_batch`) failed:
+    /// the driver's error.
+    #[error("binding the pages mapped at the end of the trace failed: {source}")]
+    QueuedMaps {
+        /// The page mapping's error.
+        #[source]
+        source: SourceError,
     },
 }
 
@@ -344,6 +355,7 @@ pub fn replay_on_gpu(
         device_allocations: usage.allocations,
         device_frees: usage.frees,
         bind_calls: usage.bind_calls,
+        maps_queued: usage.maps_queued,
         range_time_s: usage.range_time.as_secs_f64(),
         wrappers_created: usage.wrappers_created,
         segments_created: stats.num_device_alloc,
@@ -434,6 +446,10 @@ fn replay_once(
             }
         }
     }
+    // Maps still queued (`page_bind_batch`) reach the driver within the run: every block the
+    // trace made is bound by its end, as without batching.
+    pool.submit_queued_maps()
+        .map_err(|source| GpuReplayError::QueuedMaps { source })?;
     let elapsed = start.elapsed();
     let after = pool.device_memory_usage();
     drop(slots);

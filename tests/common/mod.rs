@@ -149,3 +149,27 @@ pub fn captured_log() -> &'static CapturedLog {
         sink
     })
 }
+
+/// Runs `test` on a thread of its own and ends the whole binary with a failure if it has not
+/// returned within `limit`: for tests whose failure would otherwise be a GPU that waits for
+/// ever (a panic in `test` fails the calling test as usual).
+pub fn within(limit: std::time::Duration, test: fn()) {
+    let (done, finished) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        test();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(limit) {
+        Ok(()) => runner.join().expect("the test returned"),
+        // The sender went away without sending: the test panicked.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = runner.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            eprintln!("the test did not finish within {limit:?}: the GPU waits for ever");
+            std::process::exit(101);
+        }
+    }
+}

@@ -52,6 +52,7 @@ const TESTED_KEYS: &[&str] = &[
     "compact_slack_ramp",
     "compact_slack_on_growth",
     "page_reserve_chunks",
+    "page_bind_batch",
 ];
 
 #[test]

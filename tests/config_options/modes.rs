@@ -1,4 +1,5 @@
-//! How memory is held: `expandable_segments`, `backend`, `overflow`, `page_reserve_chunks`.
+//! How memory is held: `expandable_segments`, `backend`, `overflow`, `page_reserve_chunks`,
+//! `page_bind_batch`.
 
 use super::*;
 
@@ -217,4 +218,52 @@ fn page_reserve_chunks_takes_0_to_8_and_the_engine_ignores_it() {
         pool.engine.snapshot()
     };
     assert_eq!(run("page_reserve_chunks:0"), run("page_reserve_chunks:8"));
+}
+
+// ---------------------------------------------------------------------------------------
+// page_bind_batch
+// ---------------------------------------------------------------------------------------
+
+/// `page_bind_batch` takes 1 to 256 (16 by default) and round-trips; the engine places
+/// exactly the same with any value: batching lives below it, in the pages-mode memory (its
+/// behaviour on a device is tested in `tests/sparse_gpu.rs`).
+#[test]
+fn page_bind_batch_takes_1_to_256_and_the_engine_ignores_it() {
+    assert_eq!(Config::default().page_bind_batch, 16);
+    for n in [1u32, 2, 16, 255, 256] {
+        let config = Config::parse(&format!("page_bind_batch:{n}")).unwrap();
+        assert_eq!(config.page_bind_batch, n);
+        assert_eq!(Config::parse(&config.to_conf_string()).unwrap(), config);
+    }
+    for bad in ["0", "257", "-1", "x", "1.5"] {
+        let (key, written, _, _) = invalid_value(&format!("page_bind_batch:{bad}"));
+        assert_eq!((key.as_str(), written.as_str()), ("page_bind_batch", bad));
+    }
+    for bad in [0, 257] {
+        assert!(
+            Config::default()
+                .with_page_bind_batch(bad)
+                .validate()
+                .is_err()
+        );
+    }
+    assert!(
+        Config::default()
+            .with_page_bind_batch(256)
+            .validate()
+            .is_ok()
+    );
+    let pages = Some(VirtualSegments::H200_PAGES);
+    let run = |conf: &str| {
+        let limits = EngineLimits::unlimited().with_page_mapping(pages);
+        let mut pool = CheckedEngine::with_limits(conf, limits);
+        pool.device = VirtualSegments::unlimited().with_pages(pages);
+        assert_eq!(pool.engine.memory_mode(), MemoryMode::Pages);
+        let blocks: Vec<Allocation> = (1..20u64).map(|i| pool.alloc(i * 3 * MIB + 512)).collect();
+        for block in blocks.into_iter().step_by(2) {
+            pool.free(block);
+        }
+        pool.engine.snapshot()
+    };
+    assert_eq!(run("page_bind_batch:1"), run("page_bind_batch:256"));
 }

@@ -9,7 +9,7 @@ use ash::vk;
 use super::error::SparseError;
 use super::gate::QueueGate;
 use super::range::RetiringRange;
-use super::timeline::Timelines;
+use super::timeline::{BindLine, Timelines};
 
 /// Page mapping on one device: a cheap handle, shared by every pool on the device.
 ///
@@ -42,6 +42,8 @@ pub(crate) struct SparseDeviceInner {
     /// Released ranges of every pool whose buffers wait for binds into them: the bind
     /// timeline value to reach, and the buffer. Each keeps its address space until then.
     retiring: Mutex<Vec<(u64, RetiringRange)>>,
+    /// Calls that submitted queued maps for wgpu's submissions.
+    flushes_at_submit: AtomicU64,
 }
 
 /// What a device offers for page mapping, read once when it is opened.
@@ -172,27 +174,67 @@ impl SparseDevice {
         self.inner.live_chunks.fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// The device's timelines; only called where binds are ordered on the GPU.
+    pub(crate) fn timelines(&self) -> &Timelines {
+        self.inner
+            .timelines
+            .as_ref()
+            .expect("binds are queued and ordered on the GPU only with timelines")
+    }
+
     /// Submits one batch of buffer binds in a single `vkQueueBindSparse`, ordered after every
-    /// earlier bind and, with `after_gpu`, after the GPU timeline reaches that value; returns
-    /// the bind timeline value it signals. Nothing waits on the CPU. Needs timelines.
+    /// earlier bind (the maps queued on the device go first, in a call of their own) and,
+    /// with `after_gpu`, after the GPU timeline reaches that value; returns the bind
+    /// timeline value it signals and the calls made. Nothing waits on the CPU. Needs
+    /// timelines.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error; when the queued maps could not be submitted, `binds` were not
+    /// either.
     pub(crate) fn bind_ordered(
         &self,
         binds: &[vk::SparseBufferMemoryBindInfo<'_>],
         after_gpu: Option<u64>,
+    ) -> Result<(u64, u64), SparseError> {
+        let _held = self.inner.gate.hold();
+        let mut line = self.timelines().line();
+        let queued = u64::from(self.submit_queued_held(&mut line)?);
+        let value = self.submit_held(&mut line, binds, after_gpu)?;
+        Ok((value, queued + 1))
+    }
+
+    /// Submits the queued maps, if any, with the bind queue held through its gate and the
+    /// bind timeline's state locked (`line`); returns whether there were. On failure they
+    /// stay queued.
+    pub(crate) fn submit_queued_held(&self, line: &mut BindLine) -> Result<bool, SparseError> {
+        if line.queued.is_empty() {
+            return Ok(false);
+        }
+        let queued = std::mem::take(&mut line.queued);
+        match self.submit_held(line, &queued.infos(), None) {
+            Ok(_) => Ok(true),
+            Err(error) => {
+                line.queued = queued;
+                Err(error)
+            }
+        }
+    }
+
+    /// One `vkQueueBindSparse` of `binds` that waits for the last bind submitted (and for
+    /// the GPU timeline to reach `after_gpu`) and signals the next value, which it returns;
+    /// the bind queue is held through its gate and `line` locked.
+    fn submit_held(
+        &self,
+        line: &mut BindLine,
+        binds: &[vk::SparseBufferMemoryBindInfo<'_>],
+        after_gpu: Option<u64>,
     ) -> Result<u64, SparseError> {
         let inner = &self.inner;
-        let timelines = inner
-            .timelines
-            .as_ref()
-            .expect("bind_ordered is used only with timelines");
-        let _held = inner.gate.hold();
-        let mut last = timelines
-            .last_bind
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let value = *last + 1;
+        let timelines = self.timelines();
+        let value = line.last + 1;
         let mut wait_semaphores = vec![timelines.binds];
-        let mut wait_values = vec![*last];
+        let mut wait_values = vec![line.last];
         if let Some(gpu) = after_gpu {
             wait_semaphores.push(timelines.gpu());
             wait_values.push(gpu);
@@ -207,9 +249,9 @@ impl SparseDevice {
             .buffer_binds(binds)
             .signal_semaphores(&signal_semaphores)
             .push_next(&mut values);
-        // SAFETY: the queue is held through its gate; every bind names a live sparse buffer
-        // and live memory of this device; the semaphores are this device's timelines, and
-        // the signaled value is above every value signaled or pending on them.
+        // SAFETY: the caller holds the queue through its gate; every bind names a live
+        // sparse buffer and live memory of this device; the semaphores are this device's
+        // timelines, and the signaled value is above every value signaled or pending on them.
         unsafe {
             inner.raw.queue_bind_sparse(
                 inner.bind_queue,
@@ -221,22 +263,37 @@ impl SparseDevice {
             call: "vkQueueBindSparse",
             result,
         })?;
-        *last = value;
+        line.last = value;
         Ok(value)
+    }
+
+    /// Counts a submission of queued maps made for a wgpu submission.
+    pub(crate) fn count_submit_flush(&self) {
+        self.inner.flushes_at_submit.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `vkQueueBindSparse` calls that wgpu's submissions on the device made to submit the
+    /// maps pools had queued (see `page_bind_batch`), over the device's life. A pool counts
+    /// the calls it makes itself ([`PagedCounters::bind_calls`](super::PagedCounters)).
+    pub fn bind_calls_at_submit(&self) -> u64 {
+        self.inner.flushes_at_submit.load(Ordering::Relaxed)
     }
 
     /// The bind timeline value of the last bind submitted (0: none), with timelines.
     pub(crate) fn last_bind(&self) -> u64 {
-        self.inner.timelines.as_ref().map_or(0, |t| {
-            *t.last_bind.lock().unwrap_or_else(|p| p.into_inner())
-        })
+        self.inner.timelines.as_ref().map_or(0, |t| t.line().last)
     }
 
-    /// Keeps a released range's buffer until every bind submitted so far has been applied,
-    /// then destroys it and gives its address space back, without blocking: checked here
+    /// Keeps a released range's buffer until every bind submitted or queued so far has been
+    /// applied, then destroys it and gives its address space back, without blocking: checked here
     /// and at every [`retire_applied`](Self::retire_applied).
     pub(crate) fn retire_after_binds(&self, range: RetiringRange) {
-        let value = self.last_bind();
+        // Maps queued on the device (none into this range, whose pages were unbound in calls
+        // after them) are counted too: the value their call will signal.
+        let value = self.inner.timelines.as_ref().map_or(0, |t| {
+            let line = t.line();
+            line.last + u64::from(!line.queued.is_empty())
+        });
         lock(&self.inner.retiring).push((value, range));
         self.retire_applied();
     }
@@ -262,9 +319,10 @@ impl SparseDevice {
         !retiring.is_empty()
     }
 
-    /// Blocks until every bind submitted so far has been applied (with timelines; without,
-    /// every bind was already waited for).
+    /// Submits the maps queued on the device and blocks until every bind submitted so far
+    /// has been applied (with timelines; without, every bind was already waited for).
     pub(crate) fn wait_for_binds(&self) -> Result<(), SparseError> {
+        self.submit_queued()?;
         match &self.inner.timelines {
             Some(timelines) => timelines.wait_for_bind(&self.inner.raw, self.last_bind()),
             None => Ok(()),
@@ -373,6 +431,7 @@ impl SparseDeviceInner {
             live_chunks: AtomicU64::new(0),
             timelines,
             retiring: Mutex::new(Vec::new()),
+            flushes_at_submit: AtomicU64::new(0),
         }
     }
 

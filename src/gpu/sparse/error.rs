@@ -75,6 +75,16 @@ impl SparseError {
         move |result| SparseError::Vulkan { call, result }
     }
 
+    /// The Vulkan result to hand back from a Vulkan entry point that failed with this error
+    /// (a gated `vkQueueSubmit`): the call's own where a call failed.
+    pub(crate) fn vulkan_result(&self) -> vk::Result {
+        match self {
+            SparseError::Vulkan { result, .. } => *result,
+            _ if self.is_out_of_memory() => vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
+            _ => vk::Result::ERROR_UNKNOWN,
+        }
+    }
+
     /// Whether the error means "no memory": the retry chain may help.
     pub fn is_out_of_memory(&self) -> bool {
         match self {

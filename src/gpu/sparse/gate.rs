@@ -9,6 +9,11 @@
 //! calls `vkQueueBindSparse`. Every submission wgpu makes, from any application thread, then
 //! excludes binding and vice versa.
 //!
+//! Every wgpu submission on a device that maps pages also submits the maps pools queued on
+//! the device first (the `batch` module), so that work waiting for a queued map's bind never
+//! waits for a bind not submitted yet. For that, wgpu's queue goes through a gate on every
+//! such device; where binds have a queue of their own, the two queues have a gate each.
+//!
 //! Covered entry points: `vkQueueSubmit`, `vkQueueSubmit2`, `vkQueueWaitIdle` and
 //! `vkDeviceWaitIdle` (which needs every queue of the device). Not covered:
 //! `vkQueuePresentKHR`, which wgpu-hal loads through its own swapchain table. A headless
@@ -17,9 +22,11 @@
 //! from a pool in pages mode while it presents on another thread.
 
 use std::ffi::{CStr, c_void};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 
 use ash::vk;
+
+use super::device::{SparseDevice, SparseDeviceInner};
 
 /// The real entry points behind a gated queue.
 #[derive(Clone, Copy)]
@@ -36,6 +43,9 @@ pub(crate) struct QueueGate {
     queue: vk::Queue,
     lock: Mutex<()>,
     real: RealQueueFns,
+    /// The device whose queued maps a submission on this queue submits first (set once the
+    /// device is open; weak, as the device holds its gates).
+    sparse: OnceLock<Weak<SparseDeviceInner>>,
 }
 
 impl QueueGate {
@@ -45,6 +55,23 @@ impl QueueGate {
         self.lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Names the device whose queued maps submissions on this queue submit first.
+    pub fn attach(&self, sparse: &SparseDevice) {
+        let _ = self.sparse.set(Arc::downgrade(&sparse.inner));
+    }
+
+    /// Submits the queued maps of the attached device before a submission on this queue;
+    /// the caller holds this gate. The driver's error when that failed.
+    fn submit_queued_first(self: &Arc<Self>) -> Result<(), vk::Result> {
+        let Some(inner) = self.sparse.get().and_then(Weak::upgrade) else {
+            return Ok(());
+        };
+        SparseDevice { inner }
+            .submit_queued_for(self)
+            .map(drop)
+            .map_err(|error| error.vulkan_result())
     }
 }
 
@@ -57,6 +84,7 @@ impl QueueGate {
             queue,
             lock: Mutex::new(()),
             real,
+            sparse: OnceLock::new(),
         })
     }
 }
@@ -81,6 +109,7 @@ pub(crate) fn register(device: vk::Device, queue: vk::Queue, real: RealQueueFns)
         queue,
         lock: Mutex::new(()),
         real,
+        sparse: OnceLock::new(),
     });
     GATES
         .write()
@@ -121,6 +150,10 @@ unsafe extern "system" fn gated_queue_submit(
         return vk::Result::ERROR_DEVICE_LOST;
     };
     let _held = gate.hold();
+    if let Err(result) = gate.submit_queued_first() {
+        // The work may wait for the maps that could not be bound: it is not submitted.
+        return result;
+    }
     // SAFETY: the caller's arguments are passed on unchanged to the driver's own function,
     // with the queue now externally synchronized against the pool's binds.
     unsafe { (gate.real.queue_submit)(queue, submit_count, submits, fence) }
@@ -136,6 +169,9 @@ unsafe extern "system" fn gated_queue_submit2(
         return vk::Result::ERROR_DEVICE_LOST;
     };
     let _held = gate.hold();
+    if let Err(result) = gate.submit_queued_first() {
+        return result;
+    }
     // SAFETY: as in `gated_queue_submit`.
     unsafe { (gate.real.queue_submit2)(queue, submit_count, submits, fence) }
 }

@@ -20,6 +20,7 @@
 //! through (the `gate` module): submissions from any number of application threads stay
 //! correct while pools bind.
 
+mod batch;
 mod chunks;
 mod counters;
 mod device;

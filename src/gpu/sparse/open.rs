@@ -133,33 +133,39 @@ pub fn request_device(
     };
     // SAFETY: the queues were requested in the create info above.
     let wgpu_queue = unsafe { raw.get_device_queue(0, 0) };
-    let (wgpu_table, bind_queue, queue_gate) = if queue_count == 2 {
+    // wgpu's queue always goes through a gate: its submissions submit the maps pools queued
+    // first. With one queue that gate also serializes them with the binds; with two, the
+    // bind queue has a gate of its own.
+    let wgpu_gate = gate::register(handle, wgpu_queue, real_fns);
+    let bind_queue_and_gate = if queue_count == 2 {
         // SAFETY: as above.
         let bind_queue = unsafe { raw.get_device_queue(0, 1) };
-        let own = QueueGate::own_queue(handle, bind_queue, real_fns);
-        (raw.clone(), bind_queue, own)
+        (
+            bind_queue,
+            QueueGate::own_queue(handle, bind_queue, real_fns),
+        )
     } else {
-        let shared_gate = gate::register(handle, wgpu_queue, real_fns);
-        let get_proc = instance.fp_v1_0().get_device_proc_addr;
-        // SAFETY: every entry point is the driver's own, except the queue entry points,
-        // which are replaced by gated functions with identical signatures that call the
-        // driver's after taking the queue's lock. A function the driver lacks stays null.
-        let gated = unsafe {
-            ash::Device::load_with(
-                |name| {
-                    let real: *const c_void = match get_proc(handle, name.as_ptr()) {
-                        Some(f) => f as *const c_void,
-                        None => std::ptr::null(),
-                    };
-                    match gate::gated_entry_point(name) {
-                        Some(gated) if !real.is_null() => gated,
-                        _ => real,
-                    }
-                },
-                handle,
-            )
-        };
-        (gated, wgpu_queue, shared_gate)
+        (wgpu_queue, wgpu_gate.clone())
+    };
+    let (bind_queue, queue_gate) = bind_queue_and_gate;
+    let get_proc = instance.fp_v1_0().get_device_proc_addr;
+    // SAFETY: every entry point is the driver's own, except the queue entry points, which
+    // are replaced by gated functions with identical signatures that call the driver's
+    // after taking the queue's lock. A function the driver lacks stays null.
+    let wgpu_table = unsafe {
+        ash::Device::load_with(
+            |name| {
+                let real: *const c_void = match get_proc(handle, name.as_ptr()) {
+                    Some(f) => f as *const c_void,
+                    None => std::ptr::null(),
+                };
+                match gate::gated_entry_point(name) {
+                    Some(gated) if !real.is_null() => gated,
+                    _ => real,
+                }
+            },
+            handle,
+        )
     };
 
     let probe = probe_pages(&raw, &memory);
@@ -235,6 +241,7 @@ pub fn request_device(
             timelines,
         )),
     };
+    wgpu_gate.attach(&sparse);
     super::device::register(handle, Registered::Sparse(sparse));
     Ok((device, queue))
 }

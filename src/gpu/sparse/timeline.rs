@@ -13,20 +13,30 @@
 //!   released range's buffer is destroyed once the binds into it have been applied, which
 //!   the pool checks without waiting.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use ash::vk;
 use wgpu::hal::api::Vulkan;
 
+use super::batch::QueuedBinds;
 use super::error::SparseError;
+
+/// The bind timeline's state: what was submitted, and the maps queued for the next call.
+#[derive(Debug, Default)]
+pub(crate) struct BindLine {
+    /// The last value a bind was submitted to signal.
+    pub last: u64,
+    /// Maps queued for the next call, which signals `last + 1`.
+    pub queued: QueuedBinds,
+}
 
 /// The two timeline semaphores of a device and their counters.
 pub(crate) struct Timelines {
     /// Signaled by binds, value `n` by the `n`-th.
     pub binds: vk::Semaphore,
-    /// The last value a bind was submitted to signal. Changed only while the bind queue is
-    /// held through its gate.
-    pub last_bind: Mutex<u64>,
+    /// The last value a bind was submitted to signal, and the maps queued. Its value changes
+    /// only while the bind queue is held through its gate; the lock is taken after the gate.
+    line: Mutex<BindLine>,
     /// Signaled by empty wgpu submissions, value `n` once all GPU work before the `n`-th
     /// had finished.
     gpu: vk::Semaphore,
@@ -58,7 +68,7 @@ impl Timelines {
         };
         Ok(Timelines {
             binds,
-            last_bind: Mutex::new(0),
+            line: Mutex::new(BindLine::default()),
             gpu,
             last_gpu: Mutex::new(0),
         })
@@ -102,6 +112,12 @@ impl Timelines {
         if let Some(hal) = unsafe { queue.as_hal::<Vulkan>() } {
             hal.add_wait_semaphore(self.gpu, Some(value), vk::PipelineStageFlags::ALL_COMMANDS);
         }
+    }
+
+    /// The bind timeline's state. Taken after the bind queue's gate where both are held,
+    /// and never held while calling into wgpu (whose submissions take it through the gate).
+    pub fn line(&self) -> MutexGuard<'_, BindLine> {
+        self.line.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The GPU timeline semaphore.

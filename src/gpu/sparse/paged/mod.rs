@@ -76,6 +76,9 @@ pub struct PagedMemory {
     /// The work clock when the last "all earlier GPU work done" signal for an unbind was
     /// submitted, and the signal's value.
     last_unbind_signal: Option<(u64, u64)>,
+    /// Maps queued on the device before their binds reach the driver in one call (1: each
+    /// map binds in a call of its own).
+    bind_batch: usize,
 }
 
 impl PagedMemory {
@@ -120,6 +123,7 @@ impl PagedMemory {
             max_buffer_size: device.limits().max_buffer_size,
             work_clock: None,
             last_unbind_signal: None,
+            bind_batch: 1,
         }
     }
 
@@ -185,6 +189,36 @@ impl PagedMemory {
     /// most a preferred chunk, and none is ordered beyond the limit.
     pub fn set_reserve(&mut self, chunks: u32) {
         self.chunks.set_reserve(chunks);
+    }
+
+    /// Lets up to `maps` maps wait on the device for one `vkQueueBindSparse` together (1,
+    /// the default here, or 0: every map binds in a call of its own). Only where binds are
+    /// ordered on the GPU ([`SparseDevice::orders_on_gpu`]); elsewhere every map binds and
+    /// waits at once.
+    ///
+    /// Guarantees: a queued map is submitted before any wgpu submission on the device
+    /// (wgpu's `vkQueueSubmit` goes through the queue's gate, which submits the queue
+    /// first), before any unmap or reclaim of spare pages (binds stay in order), and before
+    /// the CPU waits for binds (a chunk freed, address space wanted back); work submitted
+    /// after the map returned waits for its bind on the GPU. Should that submission fail,
+    /// the wgpu submission fails with the driver's error instead of running without the
+    /// pages, and the maps stay queued.
+    pub fn set_bind_batch(&mut self, maps: u32) {
+        self.bind_batch = (maps as usize).max(1);
+    }
+
+    /// Submits the maps queued on the device now (see [`set_bind_batch`](Self::set_bind_batch)),
+    /// counted as this memory's bind call, instead of at the next wgpu submission.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error; the maps stay queued.
+    pub fn submit_queued_maps(&mut self) -> Result<(), SparseError> {
+        let start = Instant::now();
+        let submitted = self.sparse.submit_queued();
+        self.counters.bind_time += start.elapsed();
+        self.counters.bind_calls += u64::from(submitted?);
+        Ok(())
     }
 
     /// Counters of driver work so far.

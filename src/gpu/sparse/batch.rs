@@ -1,0 +1,166 @@
+//! Maps queued to reach the driver together: many maps, one `vkQueueBindSparse`.
+//!
+//! On NVIDIA every `vkQueueBindSparse` costs a fixed part beside the page-table work, so a
+//! workload that maps a little at a time (a KV cache growing by a token) spends most of
+//! its bind time in calls. Where binds are ordered on the GPU (timeline semaphores), a map
+//! need not reach the driver before the GPU work that uses it is submitted: pools queue
+//! their maps on the device ([`SparseDevice::queue_map`]) and the queue goes to the driver
+//! in one call when it holds a pool's `bind_batch` maps, before any other bind (an unmap
+//! or a reclaim of spare pages, which must follow the maps queued before them), before
+//! the CPU waits for binds (a range's buffer or a chunk given back), and before every
+//! submission wgpu makes on the device: wgpu's `vkQueueSubmit` goes through the queue's
+//! gate (the `gate` module), which submits the queue first. Work that uses a queued map
+//! waits for its bind on the GPU, as for any map.
+//!
+//! A batch never binds the same pages of a buffer twice: Vulkan leaves the order of binds
+//! within one batch to the driver, so a map that touches pages a queued bind touches (an
+//! unbind of spare pages bound by a queued map, say) sends the queue first.
+
+use ash::vk;
+
+use super::device::SparseDevice;
+use super::error::SparseError;
+
+/// Binds waiting for one `vkQueueBindSparse`, per buffer, in the order they were queued.
+#[derive(Debug, Default)]
+pub(crate) struct QueuedBinds {
+    buffers: Vec<(vk::Buffer, Vec<vk::SparseMemoryBind>)>,
+    maps: usize,
+}
+
+impl QueuedBinds {
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.buffers.is_empty()
+    }
+
+    /// Maps queued.
+    pub fn maps(&self) -> usize {
+        self.maps
+    }
+
+    /// Whether any bind of `entries` touches bytes of its buffer that a queued bind touches.
+    pub fn overlaps(&self, entries: &[(vk::Buffer, Vec<vk::SparseMemoryBind>)]) -> bool {
+        entries.iter().any(|(buffer, binds)| {
+            self.buffers
+                .iter()
+                .filter(|(queued, _)| queued == buffer)
+                .any(|(_, queued)| {
+                    binds.iter().any(|bind| {
+                        queued.iter().any(|q| {
+                            bind.resource_offset < q.resource_offset + q.size
+                                && q.resource_offset < bind.resource_offset + bind.size
+                        })
+                    })
+                })
+        })
+    }
+
+    /// Queues the binds of one map. The caller checked [`overlaps`](Self::overlaps).
+    pub fn push(&mut self, entries: &[(vk::Buffer, Vec<vk::SparseMemoryBind>)]) {
+        for (buffer, binds) in entries {
+            match self.buffers.iter_mut().find(|(queued, _)| queued == buffer) {
+                Some((_, queued)) => queued.extend_from_slice(binds),
+                None => self.buffers.push((*buffer, binds.clone())),
+            }
+        }
+        self.maps += 1;
+    }
+
+    /// The queue as the bind infos of one batch, one per buffer.
+    pub fn infos(&self) -> Vec<vk::SparseBufferMemoryBindInfo<'_>> {
+        self.buffers
+            .iter()
+            .map(|(buffer, binds)| {
+                vk::SparseBufferMemoryBindInfo::default()
+                    .buffer(*buffer)
+                    .binds(binds)
+            })
+            .collect()
+    }
+}
+
+impl SparseDevice {
+    /// Queues the binds of one map (`entries`: binds into each buffer) for a later
+    /// `vkQueueBindSparse` shared with other maps. Returns the bind timeline value that call
+    /// signals (wgpu work that uses the map must wait for it:
+    /// [`Timelines::gpu_waits_for_bind`](super::timeline::Timelines::gpu_waits_for_bind)),
+    /// and the calls made here.
+    ///
+    /// The queue is submitted first when `entries` touch pages a queued bind touches, and
+    /// after the map joined it when it then holds `batch` maps or more. Needs timelines.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error when the queue could not be submitted before the map joined it:
+    /// the map is not queued (what was queued stays queued). Once the map is queued, it is
+    /// bound by a later call: a failure of the submission after it is left to that call
+    /// (the next wgpu submission on the device, or the next unmap, reports it).
+    pub(crate) fn queue_map(
+        &self,
+        entries: &[(vk::Buffer, Vec<vk::SparseMemoryBind>)],
+        batch: usize,
+    ) -> Result<(u64, u64), SparseError> {
+        let timelines = self.timelines();
+        {
+            // Most maps only join the queue: no need to hold the queue's gate for that.
+            let mut line = timelines.line();
+            if line.queued.maps() + 1 < batch && !line.queued.overlaps(entries) {
+                line.queued.push(entries);
+                return Ok((line.last + 1, 0));
+            }
+        }
+        let _held = self.inner.gate.hold();
+        let mut line = timelines.line();
+        let mut calls = 0;
+        if line.queued.overlaps(entries) {
+            calls += u64::from(self.submit_queued_held(&mut line)?);
+        }
+        line.queued.push(entries);
+        let value = line.last + 1;
+        if line.queued.maps() >= batch && self.submit_queued_held(&mut line).is_ok() {
+            calls += 1;
+        }
+        Ok((value, calls))
+    }
+
+    /// Submits the queued maps now, if any; returns whether there were.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error; the maps stay queued.
+    pub(crate) fn submit_queued(&self) -> Result<bool, SparseError> {
+        let Some(timelines) = &self.inner.timelines else {
+            return Ok(false);
+        };
+        if timelines.line().queued.is_empty() {
+            return Ok(false);
+        }
+        let _held = self.inner.gate.hold();
+        self.submit_queued_held(&mut timelines.line())
+    }
+
+    /// Submits the queued maps before wgpu submits on `queue_gate`'s queue, whose gate the
+    /// caller holds (the gate of the bind queue too where both are one).
+    pub(crate) fn submit_queued_for(
+        &self,
+        queue_gate: &std::sync::Arc<super::gate::QueueGate>,
+    ) -> Result<bool, SparseError> {
+        let Some(timelines) = &self.inner.timelines else {
+            return Ok(false);
+        };
+        if timelines.line().queued.is_empty() {
+            return Ok(false);
+        }
+        let submitted = if std::sync::Arc::ptr_eq(queue_gate, &self.inner.gate) {
+            self.submit_queued_held(&mut timelines.line())
+        } else {
+            let _held = self.inner.gate.hold();
+            self.submit_queued_held(&mut timelines.line())
+        };
+        if submitted.is_ok() {
+            self.count_submit_flush();
+        }
+        submitted
+    }
+}
