@@ -484,6 +484,21 @@ fn queued_maps_are_bound() {
     assert_eq!(memory.counters().bind_calls, 5, "the queue was empty");
     fill_and_check(0, 7);
     assert_eq!(sparse.bind_calls_at_submit(), at_submit + 1);
+    // With a work clock that shows no work submitted since the last unbind's signal, an
+    // unbind needs no empty submission, and the queued maps go in its own call, as its
+    // first batch.
+    memory.set_work_clock(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)));
+    memory.unmap(0, &[(2 * RUN, RUN)]).unwrap();
+    let calls = memory.counters().bind_calls;
+    memory.map(0, &[(2 * RUN, RUN)]).unwrap();
+    memory.unmap(0, &[(4 * RUN, RUN)]).unwrap();
+    assert_eq!(
+        memory.counters().bind_calls,
+        calls + 1,
+        "one call, two batches"
+    );
+    fill_and_check(2 * RUN, 33);
+    assert_eq!(sparse.bind_calls_at_submit(), at_submit + 1);
 }
 
 /// Through a pool: with the default `page_bind_batch` maps wait for shared calls, with

@@ -183,15 +183,15 @@ impl SparseDevice {
     }
 
     /// Submits one batch of buffer binds in a single `vkQueueBindSparse`, ordered after every
-    /// earlier bind (the maps queued on the device go first, in a call of their own) and,
-    /// with `after_gpu`, after the GPU timeline reaches that value; returns the bind
-    /// timeline value it signals and the calls made. Nothing waits on the CPU. Needs
-    /// timelines.
+    /// earlier bind and, with `after_gpu`, after the GPU timeline reaches that value; the
+    /// maps queued on the device go first, as an earlier batch of the same call. Returns the
+    /// bind timeline value the batch signals and the calls made (1). Nothing waits on the
+    /// CPU. Needs timelines.
     ///
     /// # Errors
     ///
-    /// The driver's error; when the queued maps could not be submitted, `binds` were not
-    /// either.
+    /// The driver's error: then neither the queued maps nor `binds` were submitted (the
+    /// maps stay queued).
     pub(crate) fn bind_ordered(
         &self,
         binds: &[vk::SparseBufferMemoryBindInfo<'_>],
@@ -199,9 +199,21 @@ impl SparseDevice {
     ) -> Result<(u64, u64), SparseError> {
         let _held = self.inner.gate.hold();
         let mut line = self.timelines().line();
-        let queued = u64::from(self.submit_queued_held(&mut line)?);
-        let value = self.submit_held(&mut line, binds, after_gpu)?;
-        Ok((value, queued + 1))
+        let queued = std::mem::take(&mut line.queued);
+        let queued_infos = queued.infos();
+        let mut batches = Vec::with_capacity(2);
+        if !queued.is_empty() {
+            batches.push((queued_infos.as_slice(), None));
+        }
+        batches.push((binds, after_gpu));
+        match self.submit_held(&mut line, &batches) {
+            Ok(value) => Ok((value, 1)),
+            Err(error) => {
+                drop(queued_infos);
+                line.queued = queued;
+                Err(error)
+            }
+        }
     }
 
     /// Submits the queued maps, if any, with the bind queue held through its gate and the
@@ -212,59 +224,75 @@ impl SparseDevice {
             return Ok(false);
         }
         let queued = std::mem::take(&mut line.queued);
-        match self.submit_held(line, &queued.infos(), None) {
+        let infos = queued.infos();
+        match self.submit_held(line, &[(infos.as_slice(), None)]) {
             Ok(_) => Ok(true),
             Err(error) => {
+                drop(infos);
                 line.queued = queued;
                 Err(error)
             }
         }
     }
 
-    /// One `vkQueueBindSparse` of `binds` that waits for the last bind submitted (and for
-    /// the GPU timeline to reach `after_gpu`) and signals the next value, which it returns;
-    /// the bind queue is held through its gate and `line` locked.
+    /// One `vkQueueBindSparse` of `batches` (the binds of each, and the GPU timeline value
+    /// it waits for, if any), in order: each waits for the bind timeline value before it and
+    /// signals the next; returns the last batch's value. The bind queue is held through its
+    /// gate and `line` locked.
     fn submit_held(
         &self,
         line: &mut BindLine,
-        binds: &[vk::SparseBufferMemoryBindInfo<'_>],
-        after_gpu: Option<u64>,
+        batches: &[(&[vk::SparseBufferMemoryBindInfo<'_>], Option<u64>)],
     ) -> Result<u64, SparseError> {
         let inner = &self.inner;
         let timelines = self.timelines();
-        let value = line.last + 1;
-        let mut wait_semaphores = vec![timelines.binds];
-        let mut wait_values = vec![line.last];
-        if let Some(gpu) = after_gpu {
-            wait_semaphores.push(timelines.gpu());
-            wait_values.push(gpu);
-        }
+        let first = line.last;
+        let waits: Vec<(Vec<vk::Semaphore>, [u64; 2])> = batches
+            .iter()
+            .zip(first..)
+            .map(|(&(_, after_gpu), previous)| match after_gpu {
+                Some(gpu) => (vec![timelines.binds, timelines.gpu()], [previous, gpu]),
+                None => (vec![timelines.binds], [previous, 0]),
+            })
+            .collect();
+        let signals: Vec<[u64; 1]> = (first + 1..).take(batches.len()).map(|v| [v]).collect();
         let signal_semaphores = [timelines.binds];
-        let signal_values = [value];
-        let mut values = vk::TimelineSemaphoreSubmitInfo::default()
-            .wait_semaphore_values(&wait_values)
-            .signal_semaphore_values(&signal_values);
-        let info = vk::BindSparseInfo::default()
-            .wait_semaphores(&wait_semaphores)
-            .buffer_binds(binds)
-            .signal_semaphores(&signal_semaphores)
-            .push_next(&mut values);
+        let mut values: Vec<vk::TimelineSemaphoreSubmitInfo<'_>> = waits
+            .iter()
+            .zip(&signals)
+            .map(|((semaphores, wait_values), signal)| {
+                vk::TimelineSemaphoreSubmitInfo::default()
+                    .wait_semaphore_values(&wait_values[..semaphores.len()])
+                    .signal_semaphore_values(signal)
+            })
+            .collect();
+        let infos: Vec<vk::BindSparseInfo<'_>> = batches
+            .iter()
+            .zip(&waits)
+            .zip(values.iter_mut())
+            .map(|((&(binds, _), (semaphores, _)), values)| {
+                vk::BindSparseInfo::default()
+                    .wait_semaphores(semaphores)
+                    .buffer_binds(binds)
+                    .signal_semaphores(&signal_semaphores)
+                    .push_next(values)
+            })
+            .collect();
         // SAFETY: the caller holds the queue through its gate; every bind names a live
         // sparse buffer and live memory of this device; the semaphores are this device's
-        // timelines, and the signaled value is above every value signaled or pending on them.
+        // timelines, and each signaled value is above every value signaled or pending on
+        // them.
         unsafe {
-            inner.raw.queue_bind_sparse(
-                inner.bind_queue,
-                std::slice::from_ref(&info),
-                vk::Fence::null(),
-            )
+            inner
+                .raw
+                .queue_bind_sparse(inner.bind_queue, &infos, vk::Fence::null())
         }
         .map_err(|result| SparseError::Vulkan {
             call: "vkQueueBindSparse",
             result,
         })?;
-        line.last = value;
-        Ok(value)
+        line.last = first + batches.len() as u64;
+        Ok(line.last)
     }
 
     /// Counts a submission of queued maps made for a wgpu submission.

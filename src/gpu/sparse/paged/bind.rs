@@ -56,21 +56,24 @@ impl PagedMemory {
         let timelines = sparse.inner.timelines.as_ref();
         let after_gpu = match (kind, timelines) {
             (BindKind::Unmap, Some(timelines)) => {
-                // Queued maps go first, counted here rather than by the empty submission
-                // below (which would submit them otherwise).
-                let start = Instant::now();
-                let queued = sparse.submit_queued();
-                self.counters.bind_time += start.elapsed();
-                self.counters.bind_calls += u64::from(queued?);
                 // Read before any signal: work counted up to here was submitted before it.
                 let clock = self
                     .work_clock
                     .as_ref()
                     .map(|points| points.load(Ordering::SeqCst));
                 match (clock, self.last_unbind_signal) {
-                    // No work was submitted since the last signal: it covers this unbind.
+                    // No work was submitted since the last signal: it covers this unbind
+                    // (and the maps queued go in the unbind's own call, as its first batch).
                     (Some(now), Some((at, value))) if now == at => Some(value),
                     _ => {
+                        // The empty submission below would submit the queued maps in a
+                        // call of its own: made here, it counts as this memory's. (They
+                        // cannot join the unbind's call: on a queue shared with wgpu, the
+                        // submission would then wait for a bind that waits for it.)
+                        let start = Instant::now();
+                        let queued = sparse.submit_queued();
+                        self.counters.bind_time += start.elapsed();
+                        self.counters.bind_calls += u64::from(queued?);
                         // The empty submission that marks the work the unbind waits for is
                         // part of the cost of unbinding.
                         let start = Instant::now();
