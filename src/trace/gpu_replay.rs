@@ -106,8 +106,13 @@ pub struct GpuReplayRun {
     /// Of `replay_time_s`: ordering GPU work before bytes reached through other wrappers
     /// are reused (pages mode).
     pub ordering_time_s: f64,
-    /// The pool's own time per operation: `replay_time_s` less driver time and waits,
-    /// in nanoseconds; what an allocation or free costs the caller beyond the driver.
+    /// Of `replay_time_s`: the replay's own reads of the device heap's usage
+    /// (`heap_usage_peak_bytes`, first run only), which the driver may answer only after
+    /// binds in flight are applied: the harness's time, not the pool's.
+    pub heap_query_s: f64,
+    /// The pool's own time per operation: `replay_time_s` less driver time, waits and the
+    /// heap queries, in nanoseconds; what an allocation or free costs the caller beyond the
+    /// driver.
     pub pool_ns_per_op: f64,
     /// Device memory allocations (segment buffers, or chunks).
     pub device_allocations: u64,
@@ -411,6 +416,7 @@ fn replay_once(
         }
     };
     let before = pool.device_memory_usage();
+    let mut heap_query = std::time::Duration::ZERO;
     let start = Instant::now();
     for (i, op) in trace.ops.iter().enumerate() {
         match *op {
@@ -437,12 +443,14 @@ fn replay_once(
         if let Some(watch) = heap.as_deref_mut() {
             let changes = pool.device_memory_changes();
             if changes != watch.changes {
+                let queried = Instant::now();
                 watch.changes = changes;
                 if let (Some(before), Some(peak), Some(usage)) =
                     (watch.before, watch.peak.as_mut(), heap_usage(gpu))
                 {
                     *peak = (*peak).max(usage.saturating_sub(before));
                 }
+                heap_query += queried.elapsed();
             }
         }
     }
@@ -462,7 +470,8 @@ fn replay_once(
         driver_time_s: seconds(driver),
         unmap_wait_s: seconds(waits),
         ordering_time_s: seconds(after.ordering_time.saturating_sub(before.ordering_time)),
-        pool_ns_per_op: seconds(elapsed.saturating_sub(driver + waits)) * 1e9 / ops,
+        heap_query_s: seconds(heap_query),
+        pool_ns_per_op: seconds(elapsed.saturating_sub(driver + waits + heap_query)) * 1e9 / ops,
         device_allocations: after.allocations - before.allocations,
         bind_calls: after.bind_calls - before.bind_calls,
         wrapper_orderings: after.wrapper_orderings - before.wrapper_orderings,
@@ -503,6 +512,7 @@ fn median_run(runs: &[GpuReplayRun]) -> Option<GpuReplayRun> {
     Some(GpuReplayRun {
         replay_time_s: f(|r| r.replay_time_s),
         driver_time_s: f(|r| r.driver_time_s),
+        heap_query_s: f(|r| r.heap_query_s),
         unmap_wait_s: f(|r| r.unmap_wait_s),
         ordering_time_s: f(|r| r.ordering_time_s),
         pool_ns_per_op: f(|r| r.pool_ns_per_op),
