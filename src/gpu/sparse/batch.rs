@@ -164,3 +164,51 @@ impl SparseDevice {
         submitted
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use ash::vk::Handle;
+
+    use super::*;
+
+    fn bind(offset: u64, size: u64) -> vk::SparseMemoryBind {
+        vk::SparseMemoryBind::default()
+            .resource_offset(offset)
+            .size(size)
+    }
+
+    /// Binds of one map queue per buffer, in order; the maps are counted; only bytes of the
+    /// same buffer that a queued bind touches overlap (touching ends do not).
+    #[test]
+    fn the_queue_keeps_binds_per_buffer_and_finds_overlaps() {
+        let (a, b) = (vk::Buffer::from_raw(1), vk::Buffer::from_raw(2));
+        let mut queue = QueuedBinds::default();
+        assert!(queue.is_empty());
+        queue.push(&[(a, vec![bind(0, 4096)]), (b, vec![bind(8192, 4096)])]);
+        queue.push(&[(a, vec![bind(16384, 8192)])]);
+        assert_eq!(queue.maps(), 2);
+        let infos = queue.infos();
+        assert_eq!(infos.len(), 2, "one info per buffer");
+        assert_eq!(infos[0].buffer, a);
+        assert_eq!(infos[0].bind_count, 2);
+        assert_eq!(infos[1].buffer, b);
+        assert_eq!(infos[1].bind_count, 1);
+        for (entries, overlaps) in [
+            (vec![(a, vec![bind(4096, 12288)])], false),
+            (vec![(a, vec![bind(4095, 1)])], true),
+            (vec![(a, vec![bind(24575, 4096)])], true),
+            (vec![(b, vec![bind(0, 8192)])], false),
+            (vec![(b, vec![bind(0, 8193)])], true),
+            (
+                vec![(vk::Buffer::from_raw(3), vec![bind(0, 1 << 20)])],
+                false,
+            ),
+            (
+                vec![(b, vec![bind(0, 4096)]), (a, vec![bind(20480, 4096)])],
+                true,
+            ),
+        ] {
+            assert_eq!(queue.overlaps(&entries), overlaps, "{entries:?}");
+        }
+    }
+}
