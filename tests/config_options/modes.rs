@@ -181,6 +181,21 @@ fn overflow_parses_and_the_engine_ignores_it() {
 // page_reserve_chunks
 // ---------------------------------------------------------------------------------------
 
+/// The engine's snapshot after a pages-mode mix under `conf` on an H200-sized device: for
+/// options that live below the engine, whose values must not change placement.
+fn pages_placement(conf: &str) -> Vec<wgpool::engine::SegmentSnapshot> {
+    let pages = Some(VirtualSegments::H200_PAGES);
+    let limits = EngineLimits::unlimited().with_page_mapping(pages);
+    let mut pool = CheckedEngine::with_limits(conf, limits);
+    pool.device = VirtualSegments::unlimited().with_pages(pages);
+    assert_eq!(pool.engine.memory_mode(), MemoryMode::Pages);
+    let blocks: Vec<Allocation> = (1..20u64).map(|i| pool.alloc(i * 3 * MIB + 512)).collect();
+    for block in blocks.into_iter().step_by(2) {
+        pool.free(block);
+    }
+    pool.engine.snapshot()
+}
+
 /// `page_reserve_chunks` takes 0 to 8 (0 by default) and round-trips; the engine places
 /// exactly the same with any value: the reserve lives below it, in the pages-mode memory
 /// (its behaviour on a device is tested in `tests/reserve_gpu.rs`).
@@ -205,19 +220,10 @@ fn page_reserve_chunks_takes_0_to_8_and_the_engine_ignores_it() {
             .validate()
             .is_err()
     );
-    let pages = Some(VirtualSegments::H200_PAGES);
-    let run = |conf: &str| {
-        let limits = EngineLimits::unlimited().with_page_mapping(pages);
-        let mut pool = CheckedEngine::with_limits(conf, limits);
-        pool.device = VirtualSegments::unlimited().with_pages(pages);
-        assert_eq!(pool.engine.memory_mode(), MemoryMode::Pages);
-        let blocks: Vec<Allocation> = (1..20u64).map(|i| pool.alloc(i * 3 * MIB + 512)).collect();
-        for block in blocks.into_iter().step_by(2) {
-            pool.free(block);
-        }
-        pool.engine.snapshot()
-    };
-    assert_eq!(run("page_reserve_chunks:0"), run("page_reserve_chunks:8"));
+    assert_eq!(
+        pages_placement("page_reserve_chunks:0"),
+        pages_placement("page_reserve_chunks:8")
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -253,17 +259,8 @@ fn page_bind_batch_takes_1_to_256_and_the_engine_ignores_it() {
             .validate()
             .is_ok()
     );
-    let pages = Some(VirtualSegments::H200_PAGES);
-    let run = |conf: &str| {
-        let limits = EngineLimits::unlimited().with_page_mapping(pages);
-        let mut pool = CheckedEngine::with_limits(conf, limits);
-        pool.device = VirtualSegments::unlimited().with_pages(pages);
-        assert_eq!(pool.engine.memory_mode(), MemoryMode::Pages);
-        let blocks: Vec<Allocation> = (1..20u64).map(|i| pool.alloc(i * 3 * MIB + 512)).collect();
-        for block in blocks.into_iter().step_by(2) {
-            pool.free(block);
-        }
-        pool.engine.snapshot()
-    };
-    assert_eq!(run("page_bind_batch:1"), run("page_bind_batch:256"));
+    assert_eq!(
+        pages_placement("page_bind_batch:1"),
+        pages_placement("page_bind_batch:256")
+    );
 }

@@ -1,20 +1,21 @@
 //! Maps queued to reach the driver together: many maps, one `vkQueueBindSparse`.
 //!
-//! On NVIDIA every `vkQueueBindSparse` costs a fixed part beside the page-table work, so a
-//! workload that maps a little at a time (a KV cache growing by a token) spends most of
-//! its bind time in calls. Where binds are ordered on the GPU (timeline semaphores), a map
-//! need not reach the driver before the GPU work that uses it is submitted: pools queue
-//! their maps on the device ([`SparseDevice::queue_map`]) and the queue goes to the driver
-//! in one call when it holds a pool's `bind_batch` maps, before any other bind (an unmap
-//! or a reclaim of spare pages, which must follow the maps queued before them), before
-//! the CPU waits for binds (a range's buffer or a chunk given back), and before every
-//! submission wgpu makes on the device: wgpu's `vkQueueSubmit` goes through the queue's
-//! gate (the `gate` module), which submits the queue first. Work that uses a queued map
-//! waits for its bind on the GPU, as for any map.
+//! A workload that maps a little at a time (a KV cache growing by a token) makes a bind call
+//! per map. Where binds are ordered on the GPU (timeline semaphores), a map need not reach
+//! the driver before the GPU work that uses it is submitted: pools queue their maps on the
+//! device ([`SparseDevice::queue_map`]) and the queue goes to the driver in one call when it
+//! holds a pool's `bind_batch` maps, before any other bind (an unmap or a reclaim of spare
+//! pages, which must follow the maps queued before them), before the CPU waits for binds (a
+//! range's buffer or a chunk given back), and before every submission wgpu makes on the
+//! device: wgpu's `vkQueueSubmit` goes through the queue's gate (the `gate` module), which
+//! submits the queue first. Work that uses a queued map waits for its bind on the GPU, as
+//! for any map. (On an H100 this took a decode's first run from 265 calls to 148 and about
+//! 10% less time; training, whose driver work goes by pages, gained nothing:
+//! docs/BENCHMARKS.md, calls 32 and 33.)
 //!
-//! A batch never binds the same pages of a buffer twice: Vulkan leaves the order of binds
-//! within one batch to the driver, so a map that touches pages a queued bind touches (an
-//! unbind of spare pages bound by a queued map, say) sends the queue first.
+//! A batch never binds the same pages of a buffer twice, so that nothing relies on an order
+//! among the binds of one batch: a map that touches pages a queued bind touches (an unbind
+//! of spare pages bound by a queued map, say) sends the queue first.
 
 use ash::vk;
 
@@ -57,11 +58,15 @@ impl QueuedBinds {
     }
 
     /// Queues the binds of one map. The caller checked [`overlaps`](Self::overlaps).
-    pub fn push(&mut self, entries: &[(vk::Buffer, Vec<vk::SparseMemoryBind>)]) {
+    pub fn push(&mut self, entries: Vec<(vk::Buffer, Vec<vk::SparseMemoryBind>)>) {
         for (buffer, binds) in entries {
-            match self.buffers.iter_mut().find(|(queued, _)| queued == buffer) {
-                Some((_, queued)) => queued.extend_from_slice(binds),
-                None => self.buffers.push((*buffer, binds.clone())),
+            match self
+                .buffers
+                .iter_mut()
+                .find(|(queued, _)| *queued == buffer)
+            {
+                Some((_, queued)) => queued.extend(binds),
+                None => self.buffers.push((buffer, binds)),
             }
         }
         self.maps += 1;
@@ -98,14 +103,14 @@ impl SparseDevice {
     /// (the next wgpu submission on the device, or the next unmap, reports it).
     pub(crate) fn queue_map(
         &self,
-        entries: &[(vk::Buffer, Vec<vk::SparseMemoryBind>)],
+        entries: Vec<(vk::Buffer, Vec<vk::SparseMemoryBind>)>,
         batch: usize,
     ) -> Result<(u64, u64), SparseError> {
         let timelines = self.timelines();
         {
             // Most maps only join the queue: no need to hold the queue's gate for that.
             let mut line = timelines.line();
-            if line.queued.maps() + 1 < batch && !line.queued.overlaps(entries) {
+            if line.queued.maps() + 1 < batch && !line.queued.overlaps(&entries) {
                 line.queued.push(entries);
                 return Ok((line.last + 1, 0));
             }
@@ -113,7 +118,7 @@ impl SparseDevice {
         let _held = self.inner.gate.hold();
         let mut line = timelines.line();
         let mut calls = 0;
-        if line.queued.overlaps(entries) {
+        if line.queued.overlaps(&entries) {
             calls += u64::from(self.submit_queued_held(&mut line)?);
         }
         line.queued.push(entries);
@@ -130,38 +135,35 @@ impl SparseDevice {
     ///
     /// The driver's error; the maps stay queued.
     pub(crate) fn submit_queued(&self) -> Result<bool, SparseError> {
-        let Some(timelines) = &self.inner.timelines else {
-            return Ok(false);
-        };
-        if timelines.line().queued.is_empty() {
-            return Ok(false);
-        }
-        let _held = self.inner.gate.hold();
-        self.submit_queued_held(&mut timelines.line())
+        self.submit_queued_holding(false)
     }
 
     /// Submits the queued maps before wgpu submits on `queue_gate`'s queue, whose gate the
-    /// caller holds (the gate of the bind queue too where both are one).
+    /// caller holds (the gate of the bind queue too where both are one); counted in
+    /// [`bind_calls_at_submit`](Self::bind_calls_at_submit).
     pub(crate) fn submit_queued_for(
         &self,
         queue_gate: &std::sync::Arc<super::gate::QueueGate>,
     ) -> Result<bool, SparseError> {
+        let submitted =
+            self.submit_queued_holding(std::sync::Arc::ptr_eq(queue_gate, &self.inner.gate))?;
+        if submitted {
+            self.count_submit_flush();
+        }
+        Ok(submitted)
+    }
+
+    /// Submits the queued maps, if any, taking the bind queue's gate unless the caller
+    /// holds it (`gate_held`).
+    fn submit_queued_holding(&self, gate_held: bool) -> Result<bool, SparseError> {
         let Some(timelines) = &self.inner.timelines else {
             return Ok(false);
         };
         if timelines.line().queued.is_empty() {
             return Ok(false);
         }
-        let submitted = if std::sync::Arc::ptr_eq(queue_gate, &self.inner.gate) {
-            self.submit_queued_held(&mut timelines.line())
-        } else {
-            let _held = self.inner.gate.hold();
-            self.submit_queued_held(&mut timelines.line())
-        };
-        if submitted.is_ok() {
-            self.count_submit_flush();
-        }
-        submitted
+        let _held = (!gate_held).then(|| self.inner.gate.hold());
+        self.submit_queued_held(&mut timelines.line())
     }
 }
 
@@ -184,8 +186,8 @@ mod tests {
         let (a, b) = (vk::Buffer::from_raw(1), vk::Buffer::from_raw(2));
         let mut queue = QueuedBinds::default();
         assert!(queue.is_empty());
-        queue.push(&[(a, vec![bind(0, 4096)]), (b, vec![bind(8192, 4096)])]);
-        queue.push(&[(a, vec![bind(16384, 8192)])]);
+        queue.push(vec![(a, vec![bind(0, 4096)]), (b, vec![bind(8192, 4096)])]);
+        queue.push(vec![(a, vec![bind(16384, 8192)])]);
         assert_eq!(queue.maps(), 2);
         let infos = queue.infos();
         assert_eq!(infos.len(), 2, "one info per buffer");

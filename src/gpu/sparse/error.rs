@@ -98,3 +98,31 @@ impl SparseError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gated `vkQueueSubmit` whose queued maps could not be submitted returns the failed
+    /// call's own result; other errors become out-of-memory where they mean that, else
+    /// `VK_ERROR_UNKNOWN`.
+    #[test]
+    fn a_failed_submission_of_queued_maps_hands_wgpu_the_drivers_result() {
+        let lost = SparseError::Vulkan {
+            call: "vkQueueBindSparse",
+            result: vk::Result::ERROR_DEVICE_LOST,
+        };
+        assert_eq!(lost.vulkan_result(), vk::Result::ERROR_DEVICE_LOST);
+        let space = SparseError::AddressSpace {
+            requested: 1,
+            in_use: 1,
+            total: 1,
+        };
+        assert_eq!(
+            space.vulkan_result(),
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
+        );
+        let invalid = SparseError::Invalid("range 3 is not reserved".into());
+        assert_eq!(invalid.vulkan_result(), vk::Result::ERROR_UNKNOWN);
+    }
+}

@@ -121,7 +121,7 @@ impl PagedMemory {
             queued.push((self.range(*id)?.range.raw(), binds.clone()));
         }
         let sparse = self.sparse.clone();
-        let result = sparse.queue_map(&queued, self.bind_batch);
+        let result = sparse.queue_map(queued, self.bind_batch);
         if let Ok((value, _)) = result {
             sparse.timelines().gpu_waits_for_bind(&self.queue, value);
         }
