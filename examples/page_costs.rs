@@ -16,7 +16,14 @@
 //!   allocation, and plain `vkAllocateMemory` with no bind at all of every device-local
 //!   memory type, to tell the cost of the memory from the cost of binding it;
 //! - `replays` (`--replay TRACE`): `replay --gpu` of a trace under each `--chunk-policy`,
-//!   `--rounds` times in turn, with driver time and device memory per run.
+//!   `--rounds` times in turn, with driver time and device memory per run;
+//! - `alloc_threads` (`--alloc-threads 1,2,4,8`): the same plain `vkAllocateMemory` calls
+//!   spread over each number of threads, timed from the first to the last: whether the
+//!   driver allocates in parallel (NVIDIA 580: no);
+//! - `--fill-ranges K` (prints to stderr and exits): reserves K sparse ranges and maps a page
+//!   in the last `--fill-maps` of them, or with `--fill-interleave` a page in each right
+//!   after it is reserved, in a `PagedMemory` each: where the driver's sparse address space
+//!   really ends (run one process per K: a driver that crashes ends it).
 //!
 //! wgpu tracks usage per buffer: a kernel writing a block is a read-write use of the whole
 //! buffer, so consecutive dispatches on blocks of one buffer get a barrier between them,
@@ -78,6 +85,28 @@ struct Args {
     /// Rounds of `--replay`, each running every policy once.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Allocate `--threads-total-mib` of the chunks' memory type in `--threads-chunk-mib`
+    /// allocations spread over each of these thread counts (comma-separated), timed from the
+    /// first call to the last: whether the driver's allocations run in parallel.
+    #[arg(long, value_delimiter = ',')]
+    alloc_threads: Vec<usize>,
+    #[arg(long, default_value_t = 2048)]
+    threads_total_mib: u64,
+    #[arg(long, default_value_t = 32)]
+    threads_chunk_mib: u64,
+    /// Reserve this many address ranges of `--fill-range-mib` MiB, then map one page in
+    /// each of the last `--fill-maps` of them (each map allocates a chunk), printing each
+    /// step: where the driver's sparse address space really ends.
+    #[arg(long)]
+    fill_ranges: Option<u32>,
+    #[arg(long, default_value_t = 4096)]
+    fill_range_mib: u64,
+    #[arg(long, default_value_t = 1)]
+    fill_maps: u32,
+    /// With `--fill-ranges`: map a page in each range right after reserving it, in a
+    /// `PagedMemory` of each range's own (as pools do), instead of the maps at the end.
+    #[arg(long)]
+    fill_interleave: bool,
 }
 
 #[derive(Serialize)]
@@ -89,7 +118,22 @@ struct Report {
     grow: Option<Grow>,
     dispatches: Option<Dispatches>,
     alloc_sweep: Option<Vec<SweepRow>>,
+    alloc_threads: Option<Vec<ThreadsRow>>,
     replays: Option<Vec<ReplayRow>>,
+}
+
+#[derive(Serialize)]
+struct ThreadsRow {
+    threads: usize,
+    round: usize,
+    chunk_bytes: u64,
+    calls: usize,
+    /// From the first call to the last call's return, over all threads.
+    wall_ms: f64,
+    /// `wall_ms` per GiB allocated.
+    ms_per_gib: f64,
+    /// Freeing them all, on one thread.
+    free_ms: f64,
 }
 
 #[derive(Serialize)]
@@ -209,6 +253,51 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let gpu = GpuContext::headless(&HeadlessOptions::default())?;
     let sparse = gpu.page_mapping()?;
+    if let Some(ranges) = args.fill_ranges {
+        let mut memory = paged(&gpu)?;
+        let size = (args.fill_range_mib << 20).min(memory.max_range());
+        eprintln!(
+            "address space {} range {size}",
+            sparse.facts().address_space
+        );
+        if args.fill_interleave {
+            let page = sparse.page_size();
+            let mut all = Vec::new();
+            for id in 0..ranges {
+                let mut own = paged(&gpu)?;
+                if let Err(error) = own.reserve_range(0, size) {
+                    eprintln!("FILL reserve {id} failed: {error}");
+                    return Ok(());
+                }
+                eprintln!("FILL map {id}");
+                if let Err(error) = own.map(0, &[(0, page)]) {
+                    eprintln!("FILL map {id} failed: {error}");
+                    return Ok(());
+                }
+                all.push(own);
+            }
+            eprintln!("FILL ok");
+            return Ok(());
+        }
+        for id in 0..ranges {
+            if let Err(error) = memory.reserve_range(id, size) {
+                eprintln!("FILL reserve {id} failed: {error}");
+                return Ok(());
+            }
+        }
+        eprintln!(
+            "FILL reserved {ranges} ranges, {} bytes",
+            u64::from(ranges) * size
+        );
+        let page = sparse.page_size();
+        for id in ranges.saturating_sub(args.fill_maps)..ranges {
+            eprintln!("FILL map {id}");
+            memory.map(id, &[(0, page)])?;
+        }
+        memory.wait_for_binds()?;
+        eprintln!("FILL ok");
+        return Ok(());
+    }
     let (grow, dispatches) = if args.no_grow_dispatches {
         (None, None)
     } else {
@@ -222,6 +311,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         None
     };
+    let alloc_threads = if args.alloc_threads.is_empty() {
+        None
+    } else {
+        Some(measure_alloc_threads(&gpu, &args)?)
+    };
     let replays = match &args.replay {
         Some(path) => Some(measure_replays(&gpu, &args, path)?),
         None => None,
@@ -234,6 +328,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         grow,
         dispatches,
         alloc_sweep,
+        alloc_threads,
         replays,
     };
     println!("{}", serde_json::to_string_pretty(&report)?);
@@ -404,6 +499,84 @@ fn sweep_plain_allocations(
             false,
             free_total,
         ));
+    }
+    Ok(rows)
+}
+
+/// Plain `vkAllocateMemory` of the chunks' memory type, the same calls spread over 1 to N
+/// threads, three rounds in turn: if the driver serializes its allocations, the wall time
+/// stays the same whatever the thread count.
+fn measure_alloc_threads(
+    gpu: &GpuContext,
+    args: &Args,
+) -> Result<Vec<ThreadsRow>, Box<dyn std::error::Error>> {
+    use ash::vk;
+    let chunk_type = gpu.page_mapping()?.facts().memory_type;
+    // SAFETY: the device is wgpu's Vulkan device; the handles are used while it lives.
+    let hal =
+        unsafe { gpu.device().as_hal::<wgpu::hal::api::Vulkan>() }.ok_or("not a Vulkan device")?;
+    let raw = hal.raw_device().clone();
+    let size = args.threads_chunk_mib << 20;
+    let calls = (args.threads_total_mib / args.threads_chunk_mib).max(1) as usize;
+    let info = vk::MemoryAllocateInfo::default()
+        .allocation_size(size)
+        .memory_type_index(chunk_type);
+    let mut rows = Vec::new();
+    for round in 1..=3 {
+        for &threads in &args.alloc_threads {
+            let threads = threads.max(1);
+            let start = Instant::now();
+            let results: Vec<Result<Vec<vk::DeviceMemory>, vk::Result>> =
+                std::thread::scope(|scope| {
+                    let handles: Vec<_> = (0..threads)
+                        .map(|t| {
+                            let raw = &raw;
+                            let info = &info;
+                            scope.spawn(move || {
+                                let mine = (t..calls).step_by(threads).count();
+                                let mut memories = Vec::with_capacity(mine);
+                                for _ in 0..mine {
+                                    // SAFETY: a plain allocation of one of this device's
+                                    // memory types; Vulkan allows it from any thread.
+                                    memories.push(unsafe { raw.allocate_memory(info, None) }?);
+                                }
+                                Ok(memories)
+                            })
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().expect("an allocating thread panicked"))
+                        .collect()
+                });
+            let wall = start.elapsed();
+            let start = Instant::now();
+            let mut failed = None;
+            for result in results {
+                match result {
+                    Ok(memories) => {
+                        for memory in memories {
+                            // SAFETY: allocated above, bound to nothing, freed once.
+                            unsafe { raw.free_memory(memory, None) };
+                        }
+                    }
+                    Err(error) => failed = Some(error),
+                }
+            }
+            let free = start.elapsed();
+            if let Some(error) = failed {
+                return Err(format!("vkAllocateMemory on {threads} threads: {error}").into());
+            }
+            rows.push(ThreadsRow {
+                threads,
+                round,
+                chunk_bytes: size,
+                calls,
+                wall_ms: ms(wall),
+                ms_per_gib: ms(wall) / (size as f64 * calls as f64 / (1u64 << 30) as f64),
+                free_ms: ms(free),
+            });
+        }
     }
     Ok(rows)
 }

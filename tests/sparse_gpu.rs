@@ -702,10 +702,17 @@ fn pools_take_ranges_of_the_requests_size_when_address_space_is_short() {
     let facts = ctx.page_mapping().unwrap().facts();
     let mut hog =
         PagedMemory::new(ctx.device(), ctx.queue(), USAGE, "hog", small_chunks()).unwrap();
-    // Leave 4 MiB of address space, less than a usual range.
+    // Leave 4 MiB of address space, less than a usual range: as many ranges as that takes
+    // (one on lavapipe, 128 of 4 GiB on NVIDIA).
     let left = 4 << 20;
-    let taken = (facts.address_space - left).min(hog.max_range());
-    hog.reserve_range(0, taken).unwrap();
+    let mut taken = 0;
+    let mut hogged = 0;
+    while taken < facts.address_space - left {
+        let size = (facts.address_space - left - taken).min(hog.max_range());
+        hog.reserve_range(hogged, size).unwrap();
+        taken += size;
+        hogged += 1;
+    }
     let left = facts.address_space - taken;
     let pool = Pool::from_context(ctx, Config::default()).unwrap();
     assert_eq!(pool.memory_mode(), MemoryMode::Pages);
@@ -727,7 +734,9 @@ fn pools_take_ranges_of_the_requests_size_when_address_space_is_short() {
             .contains("sparse address space is exhausted"),
         "{error}"
     );
-    hog.release_range(0).unwrap();
+    for id in 0..hogged {
+        hog.release_range(id).unwrap();
+    }
     let served = pool.alloc(left).unwrap();
     assert_ne!(served.buffer(), large.buffer(), "a new, usual range");
     assert_eq!(pool.read(&large).unwrap(), vec![2; 1 << 20]);
@@ -748,9 +757,13 @@ fn exhausted_address_space_says_what_helps() {
     let ctx = &*own;
     let address_space = ctx.page_mapping().unwrap().facts().address_space;
     let mut pools = Vec::new();
+    // Blocks of 1 MiB take ranges of large blocks (the usual range: 64 MiB on lavapipe, 4 GiB
+    // on NVIDIA), so that address space runs out long before memory does: each pool maps
+    // at least a chunk (40 MiB on an 80 GB device), and 1 KiB blocks in ranges of small
+    // blocks filled an H100's memory with the address space (call 44).
     let error = loop {
         let pool = Pool::from_context(ctx, Config::default()).unwrap();
-        match pool.alloc(1024) {
+        match pool.alloc(1 << 20) {
             Ok(block) => pools.push((pool, block)),
             Err(error) => break error,
         }

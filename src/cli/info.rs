@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 use wgpool::format::bytes;
-use wgpool::gpu::sparse::{AdapterPageMapping, adapter_page_mapping};
+use wgpool::gpu::sparse::{AdapterPageMapping, adapter_page_mapping, describe_address_space};
 use wgpool::gpu::{
     AdapterSummary, BackendCapabilities, DeviceMemoryInfo, GpuError, HeadlessOptions,
     create_instance, enumerate_adapters,
@@ -338,8 +338,8 @@ fn render_adapter(r: &AdapterReport) -> String {
     // Into the adapter's own text (it once went straight to stdout, ahead of its adapter).
     match (&r.page_mapping.support, &r.page_mapping.reason) {
         (Some(s), _) => println(format!(
-            "  memory mode   pages (Vulkan sparse binding; {} address space; binds on {})",
-            bytes(s.address_space),
+            "  memory mode   pages (Vulkan sparse binding; {}; binds on {})",
+            describe_address_space(s.address_space, s.reported_address_space),
             if s.own_bind_queue {
                 "a queue of the pool's own"
             } else {

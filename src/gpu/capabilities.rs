@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::context::OPTIONAL_FEATURES;
 use super::memory::DeviceMemoryInfo;
-use super::sparse::{NoPageMapping, adapter_page_mapping, sparse_device};
+use super::sparse::{NoPageMapping, adapter_page_mapping, describe_address_space, sparse_device};
 use crate::format::bytes;
 
 /// Whether a capability is there: through what, or why not and what the pool does instead.
@@ -142,8 +142,8 @@ impl BackendCapabilities {
         let features = adapter.features() & OPTIONAL_FEATURES;
         let page_mapping = match adapter_page_mapping(adapter) {
             Ok(support) => Support::yes(format!(
-                "Vulkan sparse binding, {} address space",
-                bytes(support.address_space)
+                "Vulkan sparse binding, {}",
+                describe_address_space(support.address_space, support.reported_address_space)
             )),
             Err(why) => no_page_mapping(why),
         };
@@ -163,9 +163,9 @@ impl BackendCapabilities {
             Ok(sparse) => {
                 let facts = sparse.facts();
                 Support::yes(format!(
-                    "Vulkan sparse binding, {} pages, {} address space",
+                    "Vulkan sparse binding, {} pages, {}",
                     bytes(facts.page_size),
-                    bytes(facts.address_space)
+                    describe_address_space(facts.address_space, facts.reported_address_space)
                 ))
             }
             Err(why) => no_page_mapping(why),

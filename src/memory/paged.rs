@@ -22,7 +22,10 @@ impl From<SparseError> for SourceError {
                 SourceError::other(caught)
             };
         }
-        if matches!(error, SparseError::AddressSpace { .. }) {
+        if matches!(
+            error,
+            SparseError::AddressSpace { .. } | SparseError::RangeRefused { .. }
+        ) {
             SourceError::address_space(error)
         } else if error.is_out_of_memory() {
             SourceError::out_of_memory(error)
@@ -224,6 +227,7 @@ mod tests {
         let lavapipe = SparseFacts {
             page_size: 4096,
             address_space: 2 << 30,
+            reported_address_space: 2 << 30,
             max_range_size: 2 << 30,
             own_queue: false,
             memory_type: 0,
@@ -250,12 +254,28 @@ mod tests {
             in_use: 1 << 30,
             total: 2 << 30,
         };
+        // NVIDIA's driver refuses sparse buffers before the address space it reports.
+        let refused = SparseError::RangeRefused {
+            requested: 4 << 30,
+            in_use: 400 << 30,
+            total: 512 << 30,
+            result: ash::vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
+        };
+        let message = refused.to_string();
+        assert!(
+            message.contains("driver refused a sparse range of 4.00 GiB")
+                && message.contains("address space ran out")
+                && !message.contains("vkAllocateMemory"),
+            "{message}"
+        );
         let invalid = SparseError::Invalid("range 3 is not reserved".into());
-        let kinds = [out_of_memory, address_space, invalid].map(|e| SourceError::from(e).kind());
+        let kinds =
+            [out_of_memory, address_space, refused, invalid].map(|e| SourceError::from(e).kind());
         assert_eq!(
             kinds,
             [
                 SourceErrorKind::OutOfMemory,
+                SourceErrorKind::AddressSpace,
                 SourceErrorKind::AddressSpace,
                 SourceErrorKind::Other
             ]

@@ -52,8 +52,12 @@ pub(crate) struct SparseDeviceInner {
 pub struct SparseFacts {
     /// The page: a sparse buffer's memory alignment. Binds are whole pages.
     pub page_size: u64,
-    /// `sparseAddressSpaceSize`: all sparse ranges of the device together fit in this.
+    /// The sparse address space all ranges of the device together fit in:
+    /// `sparseAddressSpaceSize`, or half of it on NVIDIA, whose driver fails (and may crash)
+    /// before the figure it reports is used up.
     pub address_space: u64,
+    /// `sparseAddressSpaceSize` as the driver reports it.
+    pub reported_address_space: u64,
     /// The largest single range (`maxBufferSize` where the device reports it).
     pub max_range_size: u64,
     /// Whether binds go to a queue of the pool's own (else they share wgpu's queue through
@@ -89,7 +93,8 @@ impl SparseFacts {
     /// the sparse address space (every pool on the device shares it), no more than the
     /// device memory rounded up to a power of two (a larger range could never be filled)
     /// nor than [`max_range`](Self::max_range); a whole number of pages, at least one.
-    /// 64 MiB on lavapipe (2 GiB of address space), 32 GiB on an H200 (1 TiB).
+    /// 64 MiB on lavapipe (2 GiB of address space); on an H100 or H200 (512 GiB of the
+    /// reported 1 TiB) the largest buffer, 4 GiB less 2 MiB, bounds it.
     pub fn range_size(&self, max_buffer_size: u64) -> u64 {
         let page = self.page_size;
         let share = self.address_space / RANGES_PER_ADDRESS_SPACE;
@@ -565,6 +570,7 @@ mod tests {
         SparseFacts {
             page_size,
             address_space,
+            reported_address_space: address_space,
             max_range_size,
             own_queue: false,
             memory_type: 0,

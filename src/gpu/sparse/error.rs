@@ -52,6 +52,27 @@ pub enum SparseError {
         /// The device's `sparseAddressSpaceSize`.
         total: u64,
     },
+    /// The driver refused a sparse range (`vkCreateBuffer` out of memory) although the
+    /// address space pools count had room: the driver's own address space ran out first
+    /// (its ranges and memory allocations share the GPU's virtual addresses).
+    #[error(
+        "the driver refused a sparse range of {} ({result}): its address space ran out \
+         before the {} pools may reserve; ranges of pools in pages mode on the device hold {}",
+        crate::format::bytes(*requested),
+        crate::format::bytes(*total),
+        crate::format::bytes(*in_use)
+    )]
+    RangeRefused {
+        /// The range size that was asked for.
+        requested: u64,
+        /// Bytes of address space other ranges held.
+        in_use: u64,
+        /// The address space pools may reserve ([`SparseFacts::address_space`](super::SparseFacts::address_space)).
+        total: u64,
+        /// The driver's result.
+        #[source]
+        result: vk::Result,
+    },
     /// wgpu-hal could not wrap the Vulkan device.
     #[error("wgpu-hal could not take the Vulkan device: {0}")]
     Hal(#[source] wgpu::hal::DeviceError),
@@ -88,7 +109,9 @@ impl SparseError {
     /// Whether the error means "no memory": the retry chain may help.
     pub fn is_out_of_memory(&self) -> bool {
         match self {
-            SparseError::OutOfMemory { .. } | SparseError::AddressSpace { .. } => true,
+            SparseError::OutOfMemory { .. }
+            | SparseError::AddressSpace { .. }
+            | SparseError::RangeRefused { .. } => true,
             SparseError::Gpu(caught) => matches!(caught, CaughtError::OutOfMemory(_)),
             SparseError::Vulkan { result, .. } => matches!(
                 *result,

@@ -20,6 +20,7 @@
 //! through (the `gate` module): submissions from any number of application threads stay
 //! correct while pools bind.
 
+mod address_space;
 mod batch;
 mod chunks;
 mod counters;
@@ -33,6 +34,7 @@ mod range;
 mod reserve;
 mod timeline;
 
+pub use address_space::describe_address_space;
 pub use chunks::{ChunkCounters, ChunkPolicy};
 pub use counters::{PagedCounters, PagedUsage};
 pub use device::{SparseDevice, SparseFacts};

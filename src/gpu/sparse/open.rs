@@ -12,6 +12,7 @@ use std::sync::Arc;
 use ash::vk;
 use wgpu::hal::api::Vulkan;
 
+use super::address_space::usable_address_space;
 use super::device::{Registered, SparseDevice, SparseDeviceInner, SparseFacts};
 use super::error::SparseError;
 use super::gate::{self, QueueGate, RealQueueFns};
@@ -179,7 +180,7 @@ pub fn request_device(
         }
     };
     let heap_index = memory.memory_types[memory_type as usize].heap_index;
-    let address_space = properties.limits.sparse_address_space_size;
+    let address_space = usable_address_space(&properties);
     let max_range_size =
         max_buffer_size(&instance, physical_device, properties.api_version, api_1_1)
             .min(address_space)
@@ -188,6 +189,7 @@ pub fn request_device(
     let facts = SparseFacts {
         page_size,
         address_space,
+        reported_address_space: properties.limits.sparse_address_space_size,
         max_range_size,
         own_queue: queue_count == 2,
         memory_type,
@@ -259,8 +261,13 @@ pub fn sparse_device(device: &wgpu::Device) -> Result<SparseDevice, NoPageMappin
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct AdapterPageMapping {
-    /// `sparseAddressSpaceSize`.
+    /// The sparse address space pools on the device may reserve: `sparseAddressSpaceSize`,
+    /// or half of it on NVIDIA, whose driver fails (and may crash) before the figure it
+    /// reports is used up.
     pub address_space: u64,
+    /// `sparseAddressSpaceSize` as the driver reports it.
+    #[serde(skip)]
+    pub reported_address_space: u64,
     /// Whether wgpu's queue family has a second queue for pools to bind on; without one,
     /// binds share wgpu's queue and are serialized with its submissions.
     pub own_bind_queue: bool,
@@ -305,7 +312,8 @@ fn adapter_support(hal_adapter: &wgpu::hal::vulkan::Adapter) -> Result<AdapterPa
         .ok_or("wgpu's queue family (0) cannot bind sparse memory")?;
     let properties = hal_adapter.physical_device_capabilities().properties();
     Ok(AdapterPageMapping {
-        address_space: properties.limits.sparse_address_space_size,
+        address_space: usable_address_space(&properties),
+        reported_address_space: properties.limits.sparse_address_space_size,
         own_bind_queue: family.queue_count >= 2,
         aliased: supported.sparse_residency_aliased == vk::TRUE,
     })

@@ -293,7 +293,16 @@ impl PagedMemory {
             Ok(range) => range,
             Err(error) => {
                 self.sparse.inner.release_address_space(size);
-                return Err(error);
+                return Err(match error {
+                    // Only the buffer is created here: no memory was asked for.
+                    SparseError::OutOfMemory { result, .. } => SparseError::RangeRefused {
+                        requested: size,
+                        in_use: self.sparse.inner.address_space_in_use(),
+                        total: facts.address_space,
+                        result,
+                    },
+                    other => other,
+                });
             }
         };
         self.counters.ranges_created += 1;
