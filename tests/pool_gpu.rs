@@ -1044,6 +1044,8 @@ fn too_large_in_pages_mode_names_the_range_limit() {
 
 /// A block larger than the usual range (lavapipe: 64 MiB) gets a range of its own size, its
 /// bytes at both ends are its own, and its pages go back to the device when it is freed.
+/// Where the usual range is already the largest (NVIDIA: wgpu's largest buffer, 4 GiB less
+/// 2 MiB), the largest block does the same.
 #[test]
 fn a_block_larger_than_a_range_gets_a_range_of_its_own() {
     let gpu = common::gpu();
@@ -1058,8 +1060,8 @@ fn a_block_larger_than_a_range_gets_a_range_of_its_own() {
     .unwrap()
     .range_size();
     let small = pool.alloc(4096).unwrap();
-    let size = 2 * range + 4096;
-    assert!(size < pool.max_block_size());
+    let size = (2 * range + 4096).min(pool.max_block_size());
+    assert!(size > range / 2, "{size} against a range of {range}");
     let big = pool.alloc(size).unwrap();
     assert_ne!(big.buffer(), small.buffer(), "a range of its own");
     assert!(big.buffer().size() >= size);

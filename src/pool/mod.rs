@@ -311,7 +311,7 @@ impl Pool {
     ///   spans two segment buffers).
     /// - Pages mode: the largest address range the device can reserve, its largest buffer
     ///   within its sparse address space rounded down to the page (lavapipe: 2 GiB - 4 KiB;
-    ///   an H200: wgpu's `max_buffer_size` within 1 TiB), then to 512 B. A block larger than
+    ///   an H100: wgpu's `max_buffer_size`, 4 GiB - 2 MiB), then to 512 B. A block larger than
     ///   the usual range ([`PagedMemory::range_size`]) gets a range of its own size, which
     ///   needs that much free address space on the device: where other pools hold it, the
     ///   request is an out-of-memory error that names the address space.

@@ -149,8 +149,8 @@ impl PagedMemory {
 
     /// The size of the address ranges a pool reserves for blocks that fit in one
     /// ([`SparseFacts::range_size`](super::SparseFacts::range_size)): 64 MiB on lavapipe
-    /// (2 GiB of address space), 32 GiB on an H200 (1 TiB). A larger block gets a range of
-    /// its own size, up to [`max_range`](Self::max_range).
+    /// (2 GiB of address space), 4 GiB less 2 MiB on an H100 (wgpu's largest buffer). A
+    /// larger block gets a range of its own size, up to [`max_range`](Self::max_range).
     pub fn range_size(&self) -> u64 {
         self.sparse.facts().range_size(self.max_buffer_size)
     }

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Call 45 (2026-12-06, tenth session): every GPU test binary that runs without the CLI on
+# NVIDIA, one test at a time (.dev/tests.tgz, built from the commit in .dev/COMMIT, with the
+# address space capped at half of what the driver reports). Carry [".gl", ".dev"].
+set -uo pipefail
+[ -n "${NO_DEBS:-}" ] || { for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; }
+exec > >(tee "$OUT/log.txt") 2>&1
+export WGPU_BACKEND=vulkan
+if ! .dev/wgpool info --adapter nvidia > /dev/null 2>&1; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+date -u
+cat .dev/COMMIT
+mkdir -p /tmp/t && tar xzf .dev/tests.tgz -C /tmp/t
+for t in sparse_gpu pool_gpu kernels_gpu staging_gpu overflow_gpu residency_gpu \
+  residency_copies_gpu reserve_gpu bindings_gpu capabilities_gpu monitor_gpu pool_history_gpu \
+  bench_oversubscription_gpu; do
+  start=$(date +%s)
+  timeout 150 /tmp/t/tests/$t --test-threads 1 > "$OUT/$t.txt" 2>&1
+  rc=$?
+  echo "== $t: exit $rc in $(( $(date +%s) - start )) s :: $(grep -E '^test result' "$OUT/$t.txt" | cut -c1-90)"
+  grep -E "^test .* FAILED$" "$OUT/$t.txt" | head -8
+  [ $rc -ne 0 ] && grep -E "panicked at" -A2 "$OUT/$t.txt" | head -12
+done
