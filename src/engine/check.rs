@@ -338,10 +338,10 @@ impl EngineState {
                 "{indexed} blocks indexed but {indexed_free} free blocks exist"
             )));
         }
-        if counted.currents() != self.stats.currents() {
+        if counted.currents() != self.stats.with_active().currents() {
             return Err(InvariantError::Statistics(format!(
                 "statistics differ from a recount:\n  kept    {:?}\n  counted {:?}",
-                self.stats.currents(),
+                self.stats.with_active().currents(),
                 counted.currents()
             )));
         }

@@ -276,7 +276,7 @@ impl Engine {
 
     /// A copy of the statistics.
     pub fn memory_stats(&self) -> MemoryStats {
-        self.state.stats
+        self.state.stats.with_active()
     }
 
     /// Sets every peak statistic to its current value.
@@ -293,15 +293,14 @@ impl Engine {
     /// The statistics as `torch.cuda.memory_stats()` returns them: the same 122 keys and
     /// values (see [`MemoryStats::to_pytorch_map`]).
     pub fn pytorch_memory_stats(&self) -> std::collections::BTreeMap<String, i64> {
-        self.state
-            .stats
+        self.memory_stats()
             .to_pytorch_map(self.state.config.max_split_size)
     }
 
     /// The statistics as a text table (PyTorch's `memory_summary`).
     pub fn memory_summary(&self) -> String {
         summary::render(
-            &self.state.stats,
+            &self.memory_stats(),
             &self.state.config,
             self.state.cap,
             self.memory_mode(),
@@ -445,13 +444,10 @@ impl Engine {
     ) {
         let stats = &mut self.state.stats;
         stats.oversize_allocations.add_round_trip(oversize);
-        for array in [&mut stats.allocation, &mut stats.active] {
-            array.all.add_round_trip(count);
-            array.pool_mut(kind).add_round_trip(count);
-        }
+        stats.allocation.all.add_round_trip(count);
+        stats.allocation.pool_mut(kind).add_round_trip(count);
         for (array, amount) in [
             (&mut stats.allocated_bytes, bytes),
-            (&mut stats.active_bytes, bytes),
             (&mut stats.requested_bytes, requested),
         ] {
             array.all.add_round_trip(amount);

@@ -38,8 +38,6 @@ impl EngineState {
         if self.is_oversize(size) {
             self.stats.oversize_allocations.decrease(1);
         }
-        self.stats.active.decrease(kind, 1);
-        self.stats.active_bytes.decrease(kind, size);
         self.stats.requested_bytes.decrease(kind, requested);
     }
 
@@ -105,8 +103,6 @@ impl EngineState {
         self.lifetime_allocated_peak = self
             .lifetime_allocated_peak
             .max(self.stats.allocated_bytes.all.current);
-        self.stats.active.increase(kind, 1);
-        self.stats.active_bytes.increase(kind, size);
         self.stats.requested_bytes.increase(kind, requested);
         self.lifetime_requested_peak = self
             .lifetime_requested_peak

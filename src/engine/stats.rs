@@ -159,6 +159,17 @@ pub struct MemoryStats {
 const WGPOOL_ONLY: [&str; 3] = ["evicted_bytes.", "num_evictions", "num_restores"];
 
 impl MemoryStats {
+    /// These statistics with `active` and `active_bytes` filled in. Blocks are active
+    /// exactly while they are allocated (there are no deferred stream frees), so the engine
+    /// keeps only `allocation` and `allocated_bytes` on its hot path and copies them into
+    /// the two on every read: every reader of the statistics goes through this.
+    #[inline]
+    pub(crate) fn with_active(mut self) -> MemoryStats {
+        self.active = self.allocation;
+        self.active_bytes = self.allocated_bytes;
+        self
+    }
+
     fn arrays(&self) -> [(&'static str, &StatArray); 9] {
         [
             ("allocation", &self.allocation),
