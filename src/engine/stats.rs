@@ -306,3 +306,68 @@ impl MemoryStats {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::engine::{Engine, EngineLimits, SegmentKind, VirtualSegments};
+
+    /// `active` and `active_bytes` are not kept on the hot path: every way of reading the
+    /// statistics (the struct, PyTorch's map, the summary) shows them equal to `allocation`
+    /// and `allocated_bytes`, peaks and totals included, through allocations, frees, blocks
+    /// served by the pool's reuse cache and a reset of the peaks.
+    #[test]
+    fn active_statistics_read_as_the_allocated_ones() {
+        let mut engine = Engine::new(Config::default(), EngineLimits::unlimited()).unwrap();
+        let mut device = VirtualSegments::unlimited();
+        let a = engine.allocate(1000, 0, &mut device).unwrap();
+        let b = engine.allocate(3 << 20, 0, &mut device).unwrap();
+        engine.free(a.block, &mut device).unwrap();
+        engine.record_reuse(SegmentKind::Large, 2, 8 << 20, 6 << 20, 0);
+        engine.reset_peak_stats();
+        let c = engine.allocate(5000, 0, &mut device).unwrap();
+        let stats = engine.memory_stats();
+        assert_eq!(stats.active, stats.allocation);
+        assert_eq!(stats.active_bytes, stats.allocated_bytes);
+        assert_eq!(stats.active.all.current, 2);
+        assert_eq!(stats.active.all.allocated, 5);
+        assert_eq!(stats.active_bytes.all.freed, 1024 + (8 << 20));
+        let map = engine.pytorch_memory_stats();
+        for (active, allocated) in [
+            ("active.all.current", "allocation.all.current"),
+            (
+                "active.large_pool.allocated",
+                "allocation.large_pool.allocated",
+            ),
+            ("active_bytes.all.peak", "allocated_bytes.all.peak"),
+            (
+                "active_bytes.small_pool.freed",
+                "allocated_bytes.small_pool.freed",
+            ),
+        ] {
+            assert_eq!(map[active], map[allocated], "{active}");
+        }
+        assert_eq!(map["active.all.current"], 2);
+        let summary = engine.memory_summary();
+        let row = |name: &str| {
+            summary
+                .lines()
+                .find(|line| line.contains(name))
+                .unwrap_or_else(|| panic!("no `{name}` row in\n{summary}"))
+                .split('|')
+                .skip(2)
+                .collect::<Vec<_>>()
+                .join("|")
+        };
+        assert_eq!(row("Active memory"), row("Allocated memory"));
+        assert_eq!(row("Active allocs"), row("Allocations"));
+        engine.free(b.block, &mut device).unwrap();
+        engine.free(c.block, &mut device).unwrap();
+        let stats = engine.memory_stats();
+        assert_eq!(
+            (stats.active, stats.active_bytes),
+            (stats.allocation, stats.allocated_bytes)
+        );
+        assert_eq!(stats.active.all.current, 0);
+    }
+}
