@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Call 47 (2026-12-06, tenth session): issue 21's figures with this session's build
+# (.dev/wgpool, commit in .dev/COMMIT), ROUNDS rounds (default 3): for each of the four
+# traces, PyTorch 2.11's first run and warm runs (native), wgpool's first run in both modes
+# (`replay --gpu --repeat 3`), and runs 2-5 with the cache kept (pool and engine ns/op);
+# then the engine alone, default against policy:pytorch (tools/engine_cost.py).
+# Carry [".gl", ".dev"].
+set -uo pipefail
+ROUNDS=${ROUNDS:-3}
+[ -n "${NO_DEBS:-}" ] || { for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; }
+exec > >(tee "$OUT/log.txt") 2>&1
+export WGPU_BACKEND=vulkan
+if ! .dev/wgpool info --adapter nvidia > /dev/null 2>&1; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+date -u
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+cat .dev/COMMIT
+mkdir -p /tmp/traces
+cp tests/data/gpt2-train.csv /tmp/traces/
+python3 tools/synth_traces.py /tmp/traces kv-decode-cat resnet50-amp bert-base-varlen > /dev/null
+TRACES="gpt2-train resnet50-amp bert-base-varlen kv-decode-cat"
+: > "$OUT/replay.jsonl"
+torch() {
+  timeout 120 python3 tools/oracle/torch_alloc_speed.py /tmp/traces/$1.csv --repeat 3 2>/dev/null \
+    | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('$round torch $1 native first %.3f rest %.3f s, rest %.0f ns/op' % (r['first_s'], r['rest_median_s'], r['ns_per_op_rest_median']))"
+}
+wg() {
+  out=$(timeout 90 .dev/wgpool replay /tmp/traces/$1.csv --gpu --json $3 --conf "$2" 2>/dev/null)
+  python3 -c "
+import json,sys
+r=json.loads(sys.argv[1]); r['trace']='$1'; r['round']=$round; r['conf_given']='$2'; r['args']='$3'
+print(json.dumps(r))
+f=r['runs'][0]; m=r['rest_median']
+print('$round wgpool $1 $2 $3 first wall %.3f drv %.3f binds %d dev %.3f GB pool %.0f; rest wall %.3f pool %.0f engine %.0f ratio %.2f' % (f['replay_time_s'], f['driver_time_s'], f['bind_calls'], r['device_memory_peak_bytes']/1e9, f['pool_ns_per_op'], m['replay_time_s'], m['pool_ns_per_op'], r['engine_ns_per_op'], m['pool_ns_per_op']/r['engine_ns_per_op']), file=sys.stderr)
+" "$out" >> "$OUT/replay.jsonl" || echo "$1 $2: no report"
+}
+for round in $(seq 1 "$ROUNDS"); do
+  for t in $TRACES; do
+    torch $t
+    for conf in expandable_segments:True expandable_segments:False; do
+      wg $t $conf "--repeat 3"
+      wg $t $conf "--repeat 5 --keep-cache"
+    done
+  done
+done
+python3 tools/engine_cost.py --rounds 3 .dev/wgpool $(for t in $TRACES; do echo /tmp/traces/$t.csv; done)
+date -u
