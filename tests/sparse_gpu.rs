@@ -759,8 +759,9 @@ fn exhausted_address_space_says_what_helps() {
     let mut pools = Vec::new();
     // Blocks of 1 MiB take ranges of large blocks (the usual range: 64 MiB on lavapipe, 4 GiB
     // on NVIDIA), so that address space runs out long before memory does: each pool maps
-    // at least a chunk (40 MiB on an 80 GB device), and 1 KiB blocks in ranges of small
-    // blocks filled an H100's memory with the address space (call 44).
+    // at least a chunk (40 MiB on an 80 GB device). With 1 KiB blocks an H100's memory ran
+    // out first (call 44): once usual ranges had filled the address space, later pools took
+    // ranges of just their 64 KiB segment, 2,069 pools in all.
     let error = loop {
         let pool = Pool::from_context(ctx, Config::default()).unwrap();
         match pool.alloc(1 << 20) {

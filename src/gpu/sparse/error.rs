@@ -49,7 +49,7 @@ pub enum SparseError {
         requested: u64,
         /// Bytes of address space already reserved.
         in_use: u64,
-        /// The device's `sparseAddressSpaceSize`.
+        /// The address space pools may reserve ([`SparseFacts::address_space`](super::SparseFacts::address_space)).
         total: u64,
     },
     /// The driver refused a sparse range (`vkCreateBuffer` out of memory) although the
