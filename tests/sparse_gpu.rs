@@ -415,6 +415,48 @@ fn binds_and_submissions_from_other_threads_stay_correct() {
 /// Maps queued for a shared call (`set_bind_batch`) reach the driver when the batch fills,
 /// before an unmap, and at the next wgpu submission; kernels always find their pages bound.
 /// On a device of its own, so that no other pool's maps join the queue.
+/// A submission of queued maps that fails (made to fail here: no device fails on demand)
+/// fails the wgpu submission that carried it, as an error of that operation, instead of
+/// running work on pages that were not bound. wgpu takes a failed submission as the loss
+/// of its device, and the context reports that.
+#[test]
+fn a_failed_submission_of_queued_maps_fails_the_work_that_carried_it() {
+    common::within(
+        std::time::Duration::from_secs(120),
+        a_failed_submission_of_queued_maps,
+    );
+}
+
+fn a_failed_submission_of_queued_maps() {
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let sparse = sparse_device(own.device()).unwrap();
+    assert!(
+        sparse.orders_on_gpu(),
+        "maps are queued only where binds are ordered on the GPU"
+    );
+    let pool = Pool::from_context(&own, Config::default()).unwrap();
+    let block = pool.alloc(256 << 10).unwrap();
+    assert_eq!(pool.device_memory_usage().maps_queued, 1, "the map waits");
+    assert_eq!(pool.device_memory_usage().bind_calls, 0);
+    let at_submit = sparse.bind_calls_at_submit();
+    sparse.fail_next_bind_submissions(1);
+    let error = pool
+        .write(&block, &pattern_bytes(9, 256 << 10))
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(message.to_lowercase().contains("memory"), "{message}");
+    assert_eq!(
+        sparse.bind_calls_at_submit(),
+        at_submit,
+        "the failed call bound nothing"
+    );
+    assert!(
+        own.errors().device_lost().is_some(),
+        "wgpu lost the device on the failed submission, and the context says so"
+    );
+}
+
 #[test]
 fn queued_maps_are_bound_before_any_work_that_may_use_them() {
     // Work that waits for a bind never submitted waits for ever (on lavapipe's one queue the

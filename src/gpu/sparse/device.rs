@@ -44,6 +44,8 @@ pub(crate) struct SparseDeviceInner {
     retiring: Mutex<Vec<(u64, RetiringRange)>>,
     /// Calls that submitted queued maps for wgpu's submissions.
     flushes_at_submit: AtomicU64,
+    /// Bind submissions still to fail on purpose ([`SparseDevice::fail_next_bind_submissions`]).
+    failing_binds: AtomicU64,
 }
 
 /// What a device offers for page mapping, read once when it is opened.
@@ -283,6 +285,18 @@ impl SparseDevice {
                     .push_next(values)
             })
             .collect();
+        let vulkan_error = |result| SparseError::Vulkan {
+            call: "vkQueueBindSparse",
+            result,
+        };
+        if inner.failing_binds.load(Ordering::Relaxed) > 0
+            && inner
+                .failing_binds
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(vulkan_error(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY));
+        }
         // SAFETY: the caller holds the queue through its gate; every bind names a live
         // sparse buffer and live memory of this device; the semaphores are this device's
         // timelines, and each signaled value is above every value signaled or pending on
@@ -292,10 +306,7 @@ impl SparseDevice {
                 .raw
                 .queue_bind_sparse(inner.bind_queue, &infos, vk::Fence::null())
         }
-        .map_err(|result| SparseError::Vulkan {
-            call: "vkQueueBindSparse",
-            result,
-        })?;
+        .map_err(vulkan_error)?;
         line.last = first + batches.len() as u64;
         Ok(line.last)
     }
@@ -310,6 +321,15 @@ impl SparseDevice {
     /// the calls it makes itself ([`PagedCounters::bind_calls`](super::PagedCounters)).
     pub fn bind_calls_at_submit(&self) -> u64 {
         self.inner.flushes_at_submit.load(Ordering::Relaxed)
+    }
+
+    /// Makes the next `count` calls that submit binds ordered on the GPU (queued maps, and
+    /// maps or unmaps with timelines) fail as the driver's `VK_ERROR_OUT_OF_DEVICE_MEMORY`
+    /// would, without calling it: for tests of the paths that handle a failed bind
+    /// submission, which no real device produces on demand.
+    #[doc(hidden)]
+    pub fn fail_next_bind_submissions(&self, count: u64) {
+        self.inner.failing_binds.store(count, Ordering::Relaxed);
     }
 
     /// The bind timeline value of the last bind submitted (0: none), with timelines.
@@ -465,6 +485,7 @@ impl SparseDeviceInner {
             timelines,
             retiring: Mutex::new(Vec::new()),
             flushes_at_submit: AtomicU64::new(0),
+            failing_binds: AtomicU64::new(0),
         }
     }
 
