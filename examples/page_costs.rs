@@ -261,6 +261,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             sparse.facts().address_space
         );
         if args.fill_interleave {
+            // Each range in a memory of its own, as pools hold them.
+            drop(memory);
             let page = sparse.page_size();
             let mut all = Vec::new();
             for id in 0..ranges {

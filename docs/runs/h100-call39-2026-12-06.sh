@@ -6,13 +6,7 @@
 # pool it creates; under gdb where the machine has it). Binaries in .dev/probe. Run with
 # carry [".gl", ".dev"].
 set -uo pipefail
-[ -n "${NO_DEBS:-}" ] || { for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; }
-exec > >(tee "$OUT/log.txt") 2>&1
-export WGPU_BACKEND=vulkan
-if ! .dev/wgpool info --adapter nvidia > /dev/null 2>&1; then
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-date -u
+. docs/runs/device-env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 nproc
 .dev/probe/page_costs --no-grow-dispatches --alloc-threads 1,2,4,8 --threads-total-mib 4096 \

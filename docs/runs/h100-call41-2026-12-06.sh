@@ -5,13 +5,7 @@
 # found `vkAllocateMemory` crashing (SIGSEGV inside the driver) once 228 pools held a 4 GiB
 # range each. One process per setting (a crash ends it). Carry [".gl", ".dev"].
 set -uo pipefail
-[ -n "${NO_DEBS:-}" ] || { for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; }
-exec > >(tee "$OUT/log.txt") 2>&1
-export WGPU_BACKEND=vulkan
-if ! .dev/wgpool info --adapter nvidia > /dev/null 2>&1; then
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-date -u
+. docs/runs/device-env.sh
 fill() {
   timeout 60 .dev/probe/page_costs --fill-ranges "$1" --fill-range-mib "$2" --fill-maps "$3" \
     > /dev/null 2> "$OUT/fill-$1-$2-$3.txt"

@@ -3,13 +3,7 @@
 # own and a page mapped right after it is reserved (as pools do): does the driver crash in
 # vkAllocateMemory, and at what total? Carry [".gl", ".dev"].
 set -uo pipefail
-[ -n "${NO_DEBS:-}" ] || { for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; }
-exec > >(tee "$OUT/log.txt") 2>&1
-export WGPU_BACKEND=vulkan
-if ! .dev/wgpool info --adapter nvidia > /dev/null 2>&1; then
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-date -u
+. docs/runs/device-env.sh
 for s in 4096 1024; do
   k=$(( 1048576 / s ))
   timeout 120 .dev/probe/page_costs --fill-ranges $k --fill-range-mib $s --fill-interleave \

@@ -4,13 +4,7 @@
 # .dev/COMMIT): sparse_gpu whole (nothing skipped) and pool_gpu, one test at a time; and
 # `wgpool info`'s page-mapping line. Carry [".gl", ".dev"].
 set -uo pipefail
-[ -n "${NO_DEBS:-}" ] || { for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; }
-exec > >(tee "$OUT/log.txt") 2>&1
-export WGPU_BACKEND=vulkan
-if ! .dev/wgpool info --adapter nvidia > /dev/null 2>&1; then
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-date -u
+. docs/runs/device-env.sh
 cat .dev/COMMIT
 .dev/wgpool info 2>/dev/null | grep -iE "address space|page_mapping"
 for t in sparse_gpu pool_gpu; do

@@ -3,13 +3,7 @@
 # NVIDIA, one test at a time (.dev/tests.tgz, built from the commit in .dev/COMMIT, with the
 # address space capped at half of what the driver reports). Carry [".gl", ".dev"].
 set -uo pipefail
-[ -n "${NO_DEBS:-}" ] || { for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; }
-exec > >(tee "$OUT/log.txt") 2>&1
-export WGPU_BACKEND=vulkan
-if ! .dev/wgpool info --adapter nvidia > /dev/null 2>&1; then
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-date -u
+. docs/runs/device-env.sh
 cat .dev/COMMIT
 mkdir -p /tmp/t && tar xzf .dev/tests.tgz -C /tmp/t
 for t in sparse_gpu pool_gpu kernels_gpu staging_gpu overflow_gpu residency_gpu \

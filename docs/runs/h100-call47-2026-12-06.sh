@@ -7,13 +7,7 @@
 # Carry [".gl", ".dev"].
 set -uo pipefail
 ROUNDS=${ROUNDS:-3}
-[ -n "${NO_DEBS:-}" ] || { for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig; }
-exec > >(tee "$OUT/log.txt") 2>&1
-export WGPU_BACKEND=vulkan
-if ! .dev/wgpool info --adapter nvidia > /dev/null 2>&1; then
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-date -u
+. docs/runs/device-env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 cat .dev/COMMIT
 mkdir -p /tmp/traces
