@@ -622,6 +622,44 @@ fn reuse_cache_keeps_statistics_exact_and_blocks_outlive_the_pool() {
     drop((other, survivor));
 }
 
+/// Allocations that miss the reuse cache take the pool references of drained blocks from
+/// the pool's bank instead of new ones; the bank gives them all back when the last handle
+/// drops, so a block that outlives the pool holds its only reference.
+#[test]
+fn banked_pool_references_go_back_with_the_last_handle() {
+    let gpu = common::gpu();
+    let pool = pool(gpu, "");
+    let survivor = pool.alloc(4096).unwrap();
+    assert_eq!(survivor.pool_references(), 2, "the handle and the block");
+    // Alternating sizes: each allocation misses the cache and drains the block before.
+    for round in 0..40u64 {
+        let a = pool.alloc(1000 + 512 * (round % 5)).unwrap();
+        let b = pool.alloc(70_000 + 4096 * (round % 3)).unwrap();
+        drop((a, b));
+    }
+    // Statistics drain the cache too: every dropped block's reference is now banked.
+    assert_eq!(pool.memory_stats().allocation.all.current, 1);
+    let banked = survivor.pool_references() - 2;
+    assert!(
+        banked > 0,
+        "drained blocks left their references in the bank"
+    );
+    let clone = pool.clone();
+    drop(pool);
+    assert_eq!(
+        survivor.pool_references(),
+        2 + banked,
+        "a handle is left: the bank stays"
+    );
+    drop(clone);
+    assert_eq!(
+        survivor.pool_references(),
+        1,
+        "the last handle gave every banked reference back"
+    );
+    drop(survivor);
+}
+
 /// A freed block's record serves a later block, of its own segment or another: the later
 /// block must name its own segment's buffer, never the one the record held before.
 #[test]

@@ -455,6 +455,13 @@ fn a_failed_submission_of_queued_maps() {
         own.errors().device_lost().is_some(),
         "wgpu lost the device on the failed submission, and the context says so"
     );
+    // From then on wgpu drops work without an error; the pool says the device is lost.
+    let lost = pool.device_lost().expect("the pool sees the loss");
+    match pool.write(&block, &pattern_bytes(10, 256 << 10)) {
+        Err(wgpool::pool::ReadWriteError::DeviceLost(error)) => assert_eq!(error, lost),
+        other => panic!("a write after the loss gave {other:?}"),
+    }
+    assert!(pool.alloc(256 << 10).is_err(), "no block of a lost device");
 }
 
 #[test]

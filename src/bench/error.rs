@@ -83,4 +83,13 @@ pub enum BenchError {
         /// The errors.
         errors: Vec<String>,
     },
+    /// The device was lost: the figures of the step would describe work that did not run.
+    #[error("during {during}: {source}")]
+    DeviceLost {
+        /// The step during which the loss was noticed.
+        during: String,
+        /// The loss, as wgpu reported it.
+        #[source]
+        source: crate::gpu::DeviceLost,
+    },
 }

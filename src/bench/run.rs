@@ -259,7 +259,14 @@ fn omissions(
     out
 }
 
+/// Fails the step when wgpu reported errors outside every scope, or lost the device.
 fn check_uncaptured(ctx: &GpuContext, during: &str) -> Result<(), BenchError> {
+    ctx.errors()
+        .check_device()
+        .map_err(|source| BenchError::DeviceLost {
+            during: during.to_string(),
+            source,
+        })?;
     let errors = ctx.errors().take_errors();
     if errors.is_empty() {
         Ok(())

@@ -267,6 +267,10 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     } else {
         None
     };
+    // Every section ran on this device; figures of work a lost device dropped are not printed.
+    if let Err(lost) = ctx.errors().check_device() {
+        return Err(Failure::internal(format!("the benchmark's device: {lost}")));
+    }
     report.oversubscription = oversubscription
         .as_ref()
         .map(|o| serde_json::to_value(o).expect("oversubscription report serializes"));

@@ -261,8 +261,10 @@ pub enum AllocError {
     #[error(transparent)]
     OutOfMemory(Box<OutOfMemory>),
     /// The segment source failed with an error other than out-of-memory (a validation
-    /// error, a lost device). The cache was not released and nothing was retried.
-    #[error("the segment source failed: {0}")]
+    /// error), or the device was lost ([`SourceErrorKind::DeviceLost`](super::source::SourceErrorKind::DeviceLost):
+    /// a pool returns it from every allocation once its device is lost). The cache was not
+    /// released and nothing was retried.
+    #[error("{}", source_failure(.0))]
     Source(#[source] SourceError),
     /// A wgpu pool refuses allocations while more bytes of dropped blocks wait for a
     /// submission point than its held limit allows (`HeldLimitAction::Error`).
@@ -340,3 +342,13 @@ pub enum FreeError {
 }
 
 crate::error_debug::debug_as_message!(AllocError, EngineError, FreeError);
+
+/// `AllocError::Source`'s message: a lost device is said as it is, anything else as the
+/// source's failure.
+fn source_failure(error: &SourceError) -> String {
+    if error.kind() == super::source::SourceErrorKind::DeviceLost {
+        error.to_string()
+    } else {
+        format!("the segment source failed: {error}")
+    }
+}

@@ -194,7 +194,10 @@ pub enum SourceErrorKind {
     /// other pools on the device hold it. Releasing this engine's idle ranges may help; a
     /// larger cap or host overflow does not.
     AddressSpace,
-    /// Anything else (a validation error, a lost device): retrying will not help.
+    /// The device was lost: no memory it had or could have is usable any more. Retrying,
+    /// releasing memory or another pool on the same device will not help.
+    DeviceLost,
+    /// Anything else (a validation error): retrying will not help.
     Other,
 }
 
@@ -226,6 +229,14 @@ impl SourceError {
         }
     }
 
+    /// The device was lost; `error` says what the device reported.
+    pub fn device_lost(error: impl Into<Box<dyn Error + Send + Sync + 'static>>) -> Self {
+        SourceError {
+            kind: SourceErrorKind::DeviceLost,
+            inner: Arc::from(error.into()),
+        }
+    }
+
     /// Any failure other than out-of-memory; `error` is the underlying error.
     pub fn other(error: impl Into<Box<dyn Error + Send + Sync + 'static>>) -> Self {
         SourceError {
@@ -253,7 +264,11 @@ impl std::fmt::Display for SourceError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.kind {
             SourceErrorKind::OutOfMemory => write!(f, "out of device memory: {}", self.inner),
-            SourceErrorKind::AddressSpace | SourceErrorKind::Other => write!(f, "{}", self.inner),
+            SourceErrorKind::AddressSpace
+            | SourceErrorKind::DeviceLost
+            | SourceErrorKind::Other => {
+                write!(f, "{}", self.inner)
+            }
         }
     }
 }

@@ -13,6 +13,7 @@
 mod adapter_summary;
 mod capabilities;
 mod context;
+mod device_lost;
 mod error;
 mod error_log;
 // Audited: one hal borrow to read a device's address.
@@ -32,6 +33,7 @@ pub use capabilities::{BackendCapabilities, BindingLimits, Support};
 pub use context::{
     GpuContext, HeadlessOptions, OPTIONAL_FEATURES, create_instance, enumerate_adapters,
 };
+pub use device_lost::DeviceLost;
 pub use error::GpuError;
 pub use error_log::{ErrorLog, error_text};
 pub(crate) use identity::DeviceKey;

@@ -30,12 +30,17 @@ impl Pool {
     /// memory, with `overflow:host`); [`AllocError::HeldForSubmission`] while more bytes of
     /// dropped blocks wait for a submission point than the pool's held limit allows, under
     /// [`HeldLimitAction::Error`](super::HeldLimitAction::Error). The pool stays usable
-    /// after any of them.
+    /// after any of them. Once the device is lost (where the pool has its
+    /// [`ErrorLog`](crate::gpu::ErrorLog), see
+    /// [`PoolOptions::with_error_log`](super::PoolOptions::with_error_log)) every allocation
+    /// fails with [`AllocError::Source`] of kind
+    /// [`SourceErrorKind::DeviceLost`](crate::engine::SourceErrorKind::DeviceLost).
     #[inline]
     pub fn alloc(&self, size: u64) -> Result<Block, AllocError> {
         if self.shared.over_held_limit.load(Ordering::Acquire) {
             return Err(self.held_limit_error());
         }
+        self.shared.check_device()?;
         // While the history records, every request goes through the engine, so that each
         // allocation and free is an event.
         if !self.shared.recording()
@@ -68,6 +73,7 @@ impl Pool {
         if self.shared.over_held_limit.load(Ordering::Acquire) {
             return Err(self.held_limit_error());
         }
+        self.shared.check_device()?;
         self.alloc_through_engine(size, Some(Arc::from(label)))
     }
 
@@ -76,7 +82,7 @@ impl Pool {
         size: u64,
         label: Option<Arc<str>>,
     ) -> Result<Block, AllocError> {
-        let (mut state, shared) = self.shared.lock_flushed_keeping_reference();
+        let mut state = self.shared.lock_flushed();
         let placed = match self.place_on_device(&mut state, size) {
             Ok(parts) => parts,
             Err(AllocError::OutOfMemory(mut oom)) => {
@@ -104,8 +110,9 @@ impl Pool {
             placed.label = label;
             state.add_label(&placed);
         }
+        // A reference a drained block gave back, where the bank has one: no atomic count.
+        let shared = state.references.withdraw(&self.shared);
         drop(state);
-        let shared = shared.unwrap_or_else(|| self.shared.clone());
         Ok(Block::new(shared, placed))
     }
 

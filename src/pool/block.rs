@@ -214,6 +214,14 @@ impl Block {
         self.parts.segment
     }
 
+    /// How many strong references its pool's shared state has: for tests that check that
+    /// nothing keeps a pool alive after its last handle and blocks are gone. Not part of
+    /// the API.
+    #[doc(hidden)]
+    pub fn pool_references(&self) -> usize {
+        Arc::strong_count(&self.shared)
+    }
+
     /// Whether the block is in device or host memory.
     pub fn residency(&self) -> Residency {
         self.parts.residency

@@ -3,7 +3,9 @@
 use thiserror::Error;
 
 use crate::engine::EngineError;
+use crate::engine::SourceError;
 use crate::format::bytes;
+use crate::gpu::DeviceLost;
 use crate::gpu::scope::CaughtError;
 use crate::gpu::sparse::NoPageMapping;
 use crate::gpu::transfer::TransferError;
@@ -214,6 +216,10 @@ pub enum ReadWriteError {
     /// The block is evicted and could not be brought back to the device.
     #[error("the block is evicted and could not be made resident: {0}")]
     Residency(#[from] ResidencyError),
+    /// The device was lost, before the transfer or by the submission that carried it:
+    /// the transfer did not happen (see [`PoolOptions::with_error_log`](super::PoolOptions::with_error_log)).
+    #[error(transparent)]
+    DeviceLost(#[from] DeviceLost),
 }
 
 impl From<TransferError> for ReadWriteError {
@@ -249,6 +255,9 @@ pub enum MoveError {
     /// The block is evicted and could not be brought back to the device to be moved.
     #[error("cannot move the block: it is evicted and could not be made resident: {0}")]
     Residency(#[from] ResidencyError),
+    /// The device was lost: the block was not moved.
+    #[error("cannot move the block: {0}")]
+    DeviceLost(#[from] DeviceLost),
 }
 
 /// Why a block could not be made resident, evicted or pinned. Nothing is lost: an evicted
@@ -259,6 +268,9 @@ pub enum ResidencyError {
     /// The block was handed out by another pool.
     #[error("{}", FOREIGN_BLOCK)]
     ForeignBlock,
+    /// The device was lost: nothing was made resident or submitted.
+    #[error(transparent)]
+    DeviceLost(#[from] DeviceLost),
     /// The pool does not page blocks to host memory.
     #[error(
         "the pool was created without residency (PoolOptions::with_residency), so it neither \
@@ -325,3 +337,11 @@ crate::error_debug::debug_as_message!(
     MoveError,
     ResidencyError
 );
+
+/// An allocation on a lost device fails as a source failure of kind
+/// [`DeviceLost`](crate::engine::SourceErrorKind::DeviceLost).
+impl From<DeviceLost> for crate::engine::AllocError {
+    fn from(lost: DeviceLost) -> Self {
+        crate::engine::AllocError::Source(SourceError::device_lost(lost))
+    }
+}

@@ -47,6 +47,8 @@ mod pool_shared;
 mod read_write;
 mod record_shelf;
 mod recordings;
+// Audited: banked pool references, turned back into `Arc`s; each unsafe block states its rule.
+mod reference_bank;
 mod residence;
 mod residency;
 mod residency_api;
@@ -113,7 +115,10 @@ impl Drop for Pool {
         if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
             // The last handle: nobody can reuse parked blocks any more, and they would keep
             // the pool alive, so they go back to the engine.
-            let state = self.shared.lock_flushed();
+            let mut state = self.shared.lock_flushed();
+            // Nothing allocates any more: the banked references go back (this handle's own
+            // reference outlives the call), and nothing banks after this (`handles` is 0).
+            state.references.release(&self.shared);
             if self.shared.log_leaks {
                 if let Some(report) = stats::leak_report(&state) {
                     log::warn!("{}: {report}", self.shared.label);
@@ -151,6 +156,9 @@ impl Pool {
             options.device_memory = info.as_ref().and_then(|info| info.device_local_bytes());
         }
         options.memory_budget = info.as_ref().and_then(|info| info.device_local_budget());
+        if options.error_log.is_none() {
+            options.error_log = Some(gpu.errors().clone());
+        }
         Pool::with_options(gpu.device(), gpu.queue(), config, options)
     }
 
@@ -255,6 +263,7 @@ impl Pool {
                     labels: Default::default(),
                     residents,
                     shelf: Default::default(),
+                    references: Default::default(),
                 }),
                 reuse,
                 handles: AtomicUsize::new(1),
@@ -272,6 +281,7 @@ impl Pool {
                 recording: AtomicBool::new(false),
                 log_leaks: options.log_leaks,
                 use_clock: Default::default(),
+                error_log: options.error_log,
             }),
         };
         pool.shared.submissions.register(&pool.shared);
@@ -362,6 +372,20 @@ impl Pool {
     /// The queue.
     pub fn queue(&self) -> &wgpu::Queue {
         &self.shared.queue
+    }
+
+    /// The device loss record the pool checks, if it has one
+    /// ([`PoolOptions::with_error_log`]; pools made by [`from_context`](Pool::from_context)
+    /// have their context's).
+    pub fn error_log(&self) -> Option<&crate::gpu::ErrorLog> {
+        self.shared.error_log.as_ref()
+    }
+
+    /// `Some` once the pool knows its device is lost: from then on its operations fail with
+    /// this error. `None` while the device works, and always for a pool without an
+    /// [`error_log`](Pool::error_log).
+    pub fn device_lost(&self) -> Option<crate::gpu::DeviceLost> {
+        self.shared.check_device().err()
     }
 
     /// Whether `block` was handed out by this pool (or a clone of it).

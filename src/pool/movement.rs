@@ -20,6 +20,7 @@ impl Pool {
     /// memory is left alone. On error the block is unchanged.
     pub fn offload(&self, block: &mut Block) -> Result<(), MoveError> {
         self.check_owner(block)?;
+        self.shared.check_device()?;
         if block.residency() == Residency::Host {
             return Ok(());
         }
@@ -51,6 +52,7 @@ impl Pool {
     /// Ordering and generations as for [`offload`](Pool::offload).
     pub fn prefetch(&self, block: &mut Block) -> Result<(), MoveError> {
         self.check_owner(block)?;
+        self.shared.check_device()?;
         if block.residency() == Residency::Device {
             return Ok(());
         }
@@ -118,7 +120,10 @@ impl Pool {
             encoder.copy_buffer_to_buffer(&from.buffer, from.offset, &to.buffer, to.offset, bytes);
             queue.submit([encoder.finish()]);
         })
-        .map_err(MoveError::Copy)
+        .map_err(MoveError::Copy)?;
+        // A submission that lost the device copied nothing.
+        self.shared.check_device()?;
+        Ok(())
     }
 
     /// Copies a host block that no copy can read (no `MAPPABLE_PRIMARY_BUFFERS`) by mapping
@@ -132,6 +137,7 @@ impl Pool {
                     MoveError::Transfer(TransferError::MissingUsage { needed, purpose })
                 }
                 ReadWriteError::Transfer(error) => MoveError::Transfer(error),
+                ReadWriteError::DeviceLost(lost) => MoveError::DeviceLost(lost),
                 // `read_words` checks usages and copies, nothing else.
                 _ => MoveError::ForeignBlock,
             })?;
@@ -142,6 +148,8 @@ impl Pool {
             to.offset,
             &bytes,
         )
-        .map_err(MoveError::Transfer)
+        .map_err(MoveError::Transfer)?;
+        self.shared.check_device()?;
+        Ok(())
     }
 }

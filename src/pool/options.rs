@@ -1,6 +1,7 @@
 //! Settings of a pool beyond `WGPOOL_CONF`: [`PoolOptions`] and [`FreeTiming`].
 
 use super::residency_options::ResidencyOptions;
+use crate::gpu::ErrorLog;
 use crate::gpu::sparse::ChunkPolicy;
 
 /// The default usages of pool segments.
@@ -101,6 +102,7 @@ pub struct PoolOptions {
     pub(crate) residency: Option<ResidencyOptions>,
     /// The device's `VK_EXT_memory_budget` budget, read by `Pool::from_context`.
     pub(crate) memory_budget: Option<u64>,
+    pub(crate) error_log: Option<ErrorLog>,
 }
 
 impl Default for PoolOptions {
@@ -116,6 +118,7 @@ impl Default for PoolOptions {
             held_limit_action: HeldLimitAction::default(),
             residency: None,
             memory_budget: None,
+            error_log: None,
         }
     }
 }
@@ -205,6 +208,27 @@ impl PoolOptions {
     pub fn with_residency(mut self, residency: ResidencyOptions) -> Self {
         self.residency = Some(residency);
         self
+    }
+
+    /// The record of the device's loss that the pool checks (default none;
+    /// [`Pool::from_context`](super::Pool::from_context) gives the context's
+    /// [`GpuContext::errors`](crate::gpu::GpuContext::errors)).
+    ///
+    /// With it, once the device is lost every allocation, [`Pool::write`](super::Pool::write),
+    /// [`Pool::read`](super::Pool::read), move and residency operation fails with a
+    /// [`DeviceLost`](crate::gpu::DeviceLost) error, and a write whose submission lost the
+    /// device returns that error rather than `Ok`. Without it the pool cannot tell: wgpu 30
+    /// has no query for a lost device and silently drops the work submitted to one. An
+    /// application with its own device-lost callback calls
+    /// [`ErrorLog::record_device_lost`] from it.
+    pub fn with_error_log(mut self, log: ErrorLog) -> Self {
+        self.error_log = Some(log);
+        self
+    }
+
+    /// The record of device loss the pool checks, if given.
+    pub fn error_log(&self) -> Option<&ErrorLog> {
+        self.error_log.as_ref()
     }
 
     /// The residency options, if residency is on.

@@ -10,12 +10,14 @@ use super::block::{BlockParts, TRANSFERRED};
 use super::error::PoolError;
 use super::options::{FreeTiming, HeldLimitAction};
 use super::record_shelf::RecordShelf;
+use super::reference_bank::ReferenceBank;
 use super::residence::UseClock;
 use super::residents::{Residents, free_host};
 use super::reuse_cache::{self, CacheOwner, ReuseCache};
 use super::submissions::DeviceSubmissions;
 use crate::engine::{BlockId, Engine, SegmentId, SegmentKind};
 use crate::format::bytes;
+use crate::gpu::{DeviceLost, ErrorLog};
 use crate::memory::Backing;
 use crate::memory::HostTier;
 
@@ -55,6 +57,9 @@ pub(crate) struct PoolState {
     pub residents: Option<Residents>,
     /// Records of freed blocks, for the next blocks of their segments.
     pub shelf: RecordShelf,
+    /// References to the pool that drained blocks gave back, for the next blocks; banked
+    /// only while a `Pool` handle is open.
+    pub references: ReferenceBank<PoolShared>,
 }
 
 /// Where a live labelled block is.
@@ -120,9 +125,20 @@ pub(crate) struct PoolShared {
     pub log_leaks: bool,
     /// Ticks once per use of a block that residency tracks.
     pub use_clock: UseClock,
+    /// The device's loss record, where the pool was given one.
+    pub error_log: Option<ErrorLog>,
 }
 
 impl PoolShared {
+    /// `Err` once the device is known to be lost: one branch and one atomic load.
+    #[inline]
+    pub fn check_device(&self) -> Result<(), DeviceLost> {
+        match &self.error_log {
+            Some(log) => log.check_device(),
+            None => Ok(()),
+        }
+    }
+
     /// Whether the history records.
     #[inline]
     pub fn recording(&self) -> bool {
@@ -254,24 +270,24 @@ impl PoolShared {
     }
 
     /// Locks the state and returns every block of the reuse cache to the engine first, so
-    /// that the engine sees all free memory and exact statistics.
+    /// that the engine sees all free memory and exact statistics. The returned blocks'
+    /// records go on the record shelf; their references to the pool go to the reference bank while
+    /// a `Pool` handle is open (so that the next allocations take them instead of counting
+    /// the pool's references up and down again), else they are dropped.
     pub fn lock_flushed(&self) -> MutexGuard<'_, PoolState> {
-        // Dropping the kept pool reference is safe: the caller reached `self` through a
-        // reference of its own, so that one is not the last.
-        self.lock_flushed_keeping_reference().0
-    }
-
-    /// [`lock_flushed`](Self::lock_flushed), which also hands back the pool reference of the
-    /// block the cache returned to the engine last (if any): an allocation gives it to its
-    /// block instead of counting the pool's references down and up again. The records of
-    /// the blocks returned go on the record shelf.
-    pub fn lock_flushed_keeping_reference(
-        &self,
-    ) -> (MutexGuard<'_, PoolState>, Option<Arc<PoolShared>>) {
         let mut state = self.lock();
+        let state_ref = &mut *state;
+        // Read under the state lock: the last handle counts `handles` down before it takes
+        // the lock to release the bank, so nothing banked here outlives that release.
+        let bank = self.handles.load(Ordering::Acquire) > 0;
         // Dropping the parked blocks' pool references is safe: the caller reached `self`
         // through a reference of its own, so none of these is the last one.
-        let (counts, kept) = self.reuse.drain(|parts| free_to_shelf(&mut state, parts));
+        let counts = self.reuse.drain(|reference, parts| {
+            free_to_shelf(state_ref, parts);
+            if bank {
+                state_ref.references.deposit(self, reference);
+            }
+        });
         for kind in [SegmentKind::Small, SegmentKind::Large] {
             let i = kind.index();
             if counts.reuses[i] > 0 {
@@ -289,7 +305,7 @@ impl PoolShared {
                 );
             }
         }
-        (state, kept)
+        state
     }
 }
 

@@ -24,11 +24,14 @@ impl Pool {
     /// a short write of a length not a multiple of 4 needs), and
     /// [`ReadWriteError::Transfer`] when wgpu refuses the copy, and in a pool with residency
     /// [`ReadWriteError::Residency`] when an evicted block cannot be brought back or the
-    /// block is declared read-only ([`ResidencyError::ReadOnly`]).
+    /// block is declared read-only ([`ResidencyError::ReadOnly`]). [`ReadWriteError::DeviceLost`]
+    /// when the device was lost before the write or by the submission that carried it
+    /// (where the pool has the device's [`ErrorLog`](crate::gpu::ErrorLog)).
     pub fn write(&self, block: &Block, data: &[u8]) -> Result<(), ReadWriteError> {
         if !self.owns(block) {
             return Err(ReadWriteError::ForeignBlock);
         }
+        self.shared.check_device()?;
         let len = data.len() as u64;
         if len > block.size() {
             return Err(ReadWriteError::BeyondBlock {
@@ -51,6 +54,8 @@ impl Pool {
         let (head, tail) = data.split_at(whole);
         let (device, queue) = (&self.shared.device, &self.shared.queue);
         write_region(device, queue, buffer, offset, head)?;
+        // wgpu drops the work of a lost device without an error: the loss record says it.
+        self.shared.check_device()?;
         if tail.is_empty() {
             return Ok(());
         }
@@ -76,6 +81,7 @@ impl Pool {
         };
         word[..tail.len()].copy_from_slice(tail);
         write_region(device, queue, buffer, at, &word)?;
+        self.shared.check_device()?;
         Ok(())
     }
 
@@ -86,14 +92,21 @@ impl Pool {
     ///
     /// [`ReadWriteError::ForeignBlock`] for a block of another pool,
     /// [`ReadWriteError::MissingUsage`] when the pool's buffers lack `COPY_SRC` (a uniform
-    /// pool, say), [`ReadWriteError::Transfer`] when wgpu refuses the copy or the map, and
-    /// [`ReadWriteError::Residency`] as for [`write`](Pool::write).
+    /// pool, say), [`ReadWriteError::Transfer`] when wgpu refuses the copy or the map,
+    /// [`ReadWriteError::Residency`] as for [`write`](Pool::write), and
+    /// [`ReadWriteError::DeviceLost`] when the device was lost before the data reached the
+    /// host: no bytes of a lost device are returned.
     pub fn read(&self, block: &Block) -> Result<Vec<u8>, ReadWriteError> {
         if !self.owns(block) {
             return Err(ReadWriteError::ForeignBlock);
         }
+        self.shared.check_device()?;
         let _busy = self.busy(&[block])?;
-        let mut data = self.read_words(block, 0, block.bound_size())?;
+        let read = self.read_words(block, 0, block.bound_size());
+        // A map that failed because the device was lost says so; data read while it was
+        // being lost is not returned.
+        self.shared.check_device()?;
+        let mut data = read?;
         data.truncate(block.size() as usize);
         Ok(data)
     }

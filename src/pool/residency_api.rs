@@ -93,10 +93,13 @@ impl Pool {
     ///
     /// [`ResidencyError::ForeignBlock`] for a block of another pool, and the errors of a
     /// restore ([`ResidencyError::NoRoom`] when the budget cannot hold them all). Blocks
-    /// restored before the error stay restored; nothing is lost.
+    /// restored before the error stay restored; nothing is lost. [`ResidencyError::DeviceLost`]
+    /// once the device is lost (where the pool has its [`ErrorLog`](crate::gpu::ErrorLog)).
     pub fn make_resident(&self, blocks: &[&Block]) -> Result<(), ResidencyError> {
+        self.shared.check_device()?;
         let busy = self.busy(blocks)?;
         drop(busy);
+        self.shared.check_device()?;
         Ok(())
     }
 
@@ -109,7 +112,9 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// As for [`make_resident`](Pool::make_resident); nothing is submitted then.
+    /// As for [`make_resident`](Pool::make_resident); nothing is submitted then, except that
+    /// [`ResidencyError::DeviceLost`] also comes when the submission itself lost the device
+    /// (its work did not run).
     pub fn submit_using<I>(
         &self,
         blocks: &[&Block],
@@ -118,9 +123,11 @@ impl Pool {
     where
         I: IntoIterator<Item = wgpu::CommandBuffer>,
     {
+        self.shared.check_device()?;
         let busy = self.busy(blocks)?;
         let index = self.submit(command_buffers);
         drop(busy);
+        self.shared.check_device()?;
         Ok(index)
     }
 

@@ -196,30 +196,25 @@ impl<O, P: Reusable> ReuseCache<O, P> {
         parked.map_or(Ok(()), Err)
     }
 
-    /// Empties the cache: hands each parked record to `free` (to free its block through the
-    /// engine, and keep or drop the record), in the order they were parked, and returns the
-    /// reuse counts since the last drain. The owner reference of the block parked last comes
-    /// back to the caller, for its next block rather than count the owner's references down
-    /// and up again; every other parked reference is dropped. The caller must reach the
-    /// cache through a reference of its own, not one of the parked ones (rule 2), so
-    /// dropping the parked references never drops the owner under it, and the one handed
-    /// back is not its last. `free` runs under the cache's flag and must not reach the
-    /// cache; other threads meanwhile neither park nor take (they go to the engine instead).
-    pub fn drain(&self, mut free: impl FnMut(Box<P>)) -> (ReuseCounts, Option<Arc<O>>) {
+    /// Empties the cache: hands each parked record, with the owner reference it parked
+    /// with, to `free` (to free its block through the engine, and keep or drop the record
+    /// and the reference), in the order they were parked, and returns the reuse counts since
+    /// the last drain. The caller must reach the cache through a reference of its own, not
+    /// one of the parked ones (rule 2), so dropping the parked references never drops the
+    /// owner under it. `free` runs under the cache's flag and must not reach the cache;
+    /// other threads meanwhile neither park nor take (they go to the engine instead).
+    pub fn drain(&self, mut free: impl FnMut(Arc<O>, Box<P>)) -> ReuseCounts {
         if !self.occupied.load(Ordering::Relaxed) {
             // Nothing parked and nothing counted: a block parked from now on is parked
             // after this drain.
-            return (ReuseCounts::default(), None);
+            return ReuseCounts::default();
         }
         self.with(|c| {
             self.sizes.store(0, Ordering::Relaxed);
-            let mut kept = None;
             for (reference, parts) in c.parked.drain(..) {
-                free(parts);
-                // The previous one drops here: never the owner's last reference (above).
-                kept = Some(reference);
+                free(reference, parts);
             }
-            (std::mem::take(&mut c.counts), kept)
+            std::mem::take(&mut c.counts)
         })
     }
 }
@@ -360,7 +355,11 @@ mod tests {
         // The owner's last handle goes: count it down, then drain through our own reference.
         owner.handles.store(0, Ordering::SeqCst);
         let mut records = Vec::new();
-        let (counts, kept) = owner.cache.drain(|parts| records.push(parts));
+        let mut references = Vec::new();
+        let counts = owner.cache.drain(|reference, parts| {
+            references.push(reference);
+            records.push(parts);
+        });
         assert_eq!(counts, ReuseCounts::default(), "nothing was reused");
         assert_eq!(
             records.iter().map(|r| r.id).collect::<Vec<_>>(),
@@ -372,13 +371,9 @@ mod tests {
             1,
             "only the refused record was dropped: the parked ones went to the caller"
         );
-        let reference = kept.expect("the cache held blocks");
-        assert_eq!(
-            Arc::strong_count(&owner),
-            2,
-            "every other parked reference was dropped"
-        );
-        drop((reference, records));
+        assert_eq!(references.len(), CAPACITY, "each parked reference once");
+        assert_eq!(Arc::strong_count(&owner), CAPACITY + 1, "none was dropped");
+        drop((references, records));
         assert_eq!(Arc::strong_count(&owner), 1);
         assert_eq!(part_drops.load(Ordering::SeqCst), CAPACITY as u64 + 1);
         assert_eq!(owner_drops.load(Ordering::SeqCst), 0);
@@ -403,14 +398,13 @@ mod tests {
         assert_eq!((first.id, second.id), (3, 1));
         assert!(owner.cache.take(100).is_none());
         let mut rest = Vec::new();
-        let (counts, kept) = owner.cache.drain(|record| rest.push(record.id));
+        let counts = owner.cache.drain(|_, record| rest.push(record.id));
         assert_eq!(rest, vec![2]);
-        assert!(kept.is_some());
         assert_eq!(counts.reuses, [2, 0]);
         assert_eq!(counts.bytes, [1024, 0]);
         assert_eq!(counts.requested, [200, 0]);
         assert_eq!(
-            owner.cache.drain(drop).0,
+            owner.cache.drain(|_, _| {}),
             ReuseCounts::default(),
             "a drain resets the counts"
         );
@@ -483,7 +477,7 @@ mod tests {
             returned += r;
         }
         let mut parked = 0u64;
-        drop(owner.cache.drain(|_| parked += 1));
+        owner.cache.drain(|_, _| parked += 1);
         assert_eq!(
             made,
             returned + parked,

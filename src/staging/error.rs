@@ -171,6 +171,10 @@ pub enum StagingError {
     /// wgpu rejected a copy, submission or mapping.
     #[error(transparent)]
     Gpu(#[from] CaughtError),
+    /// The device was lost: the transfer did not happen, or its data cannot be trusted (see
+    /// [`StagingPool::from_context`](super::StagingPool::from_context)).
+    #[error(transparent)]
+    DeviceLost(#[from] crate::gpu::DeviceLost),
     /// Mapping a staging buffer failed (for example, the device was lost).
     #[error("mapping a staging buffer failed: {0}")]
     Map(String),

@@ -32,6 +32,8 @@ struct State {
 /// One pending `map_async` of a staging buffer after the submission that used it.
 pub(crate) struct Flight {
     device: wgpu::Device,
+    /// The device's loss record: a flight on a lost device does not complete as done.
+    error_log: Option<crate::gpu::ErrorLog>,
     /// The submission that uses the buffer; `None` when nothing was submitted (an error path
     /// that only restores a mapping).
     submission: Option<wgpu::SubmissionIndex>,
@@ -55,6 +57,7 @@ impl Flight {
     ) -> Arc<Flight> {
         let flight = Arc::new(Flight {
             device: shared.device.clone(),
+            error_log: shared.error_log.clone(),
             submission,
             state: Mutex::new(State {
                 outcome: None,
@@ -104,10 +107,15 @@ impl Flight {
         self.is_done()
     }
 
-    /// Blocks until the map has completed; its result.
+    /// Blocks until the map has completed; its result, or [`StagingError::DeviceLost`] when
+    /// the staging pool knows the device's loss record and the device was lost.
     pub fn wait(&self) -> Result<(), StagingError> {
         loop {
             if let Some(outcome) = self.lock().outcome.clone() {
+                // On a lost device a map may complete without the copy before it having run.
+                if let Some(log) = &self.error_log {
+                    log.check_device()?;
+                }
                 return outcome.map_err(StagingError::Map);
             }
             let poll = match &self.submission {

@@ -121,20 +121,57 @@ pub struct StagingPool {
 
 impl StagingPool {
     /// A staging pool on `device` and `queue`. Fails with [`StagingError::Option`] when a
-    /// setting is out of range for this device.
+    /// setting is out of range for this device. It cannot see the device being lost; use
+    /// [`from_context`](Self::from_context) or [`from_pool`](Self::from_pool) where you can.
     pub fn new(
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         options: StagingOptions,
     ) -> Result<StagingPool, StagingError> {
-        Ok(StagingPool {
-            shared: Arc::new(StagingShared::new(device.clone(), queue.clone(), options)?),
-        })
+        StagingPool::build(device, queue, options, None)
     }
 
-    /// A staging pool on the device and queue of `pool`.
+    /// A staging pool on a [`GpuContext`](crate::gpu::GpuContext)'s device that checks its
+    /// [`errors`](crate::gpu::GpuContext::errors): once the device is lost, transfers fail
+    /// with [`StagingError::DeviceLost`] instead of returning as if done (wgpu 30 drops
+    /// the work of a lost device without an error).
+    pub fn from_context(
+        gpu: &crate::gpu::GpuContext,
+        options: StagingOptions,
+    ) -> Result<StagingPool, StagingError> {
+        StagingPool::build(
+            gpu.device(),
+            gpu.queue(),
+            options,
+            Some(gpu.errors().clone()),
+        )
+    }
+
+    /// A staging pool on the device and queue of `pool`, checking the device loss record the
+    /// pool checks ([`PoolOptions::with_error_log`](crate::pool::PoolOptions::with_error_log)).
     pub fn from_pool(pool: &Pool, options: StagingOptions) -> Result<StagingPool, StagingError> {
-        StagingPool::new(pool.device(), pool.queue(), options)
+        StagingPool::build(
+            pool.device(),
+            pool.queue(),
+            options,
+            pool.error_log().cloned(),
+        )
+    }
+
+    fn build(
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        options: StagingOptions,
+        error_log: Option<crate::gpu::ErrorLog>,
+    ) -> Result<StagingPool, StagingError> {
+        Ok(StagingPool {
+            shared: Arc::new(StagingShared::new(
+                device.clone(),
+                queue.clone(),
+                options,
+                error_log,
+            )?),
+        })
     }
 
     /// The settings.

@@ -10,6 +10,7 @@ use super::flight::Flight;
 use super::host_buffer::{HostBuffer, Kind};
 use super::options::StagingOptions;
 use super::stats::Counters;
+use crate::gpu::ErrorLog;
 use crate::gpu::scope::{CaughtError, catch};
 
 /// Everything behind a [`StagingPool`](super::StagingPool) handle.
@@ -24,6 +25,8 @@ pub(crate) struct StagingShared {
     pub cache: Cache,
     pub counters: Arc<Counters>,
     pub copies: CopyThreads,
+    /// The device's loss record, where the staging pool was given one.
+    pub error_log: Option<ErrorLog>,
 }
 
 impl StagingShared {
@@ -31,6 +34,7 @@ impl StagingShared {
         device: wgpu::Device,
         queue: wgpu::Queue,
         options: StagingOptions,
+        error_log: Option<ErrorLog>,
     ) -> Result<StagingShared, StagingError> {
         let max_buffer_size = device.limits().max_buffer_size;
         options.validate(max_buffer_size)?;
@@ -43,11 +47,22 @@ impl StagingShared {
             options,
             device,
             queue,
+            error_log,
         })
+    }
+
+    /// `Err` once the device is known to be lost.
+    pub fn check_device(&self) -> Result<(), StagingError> {
+        match &self.error_log {
+            Some(log) => Ok(log.check_device()?),
+            None => Ok(()),
+        }
     }
 
     /// A staging buffer of `kind` and `class`: from the cache, or new. An upload buffer comes
     /// mapped for writing over its whole size, a download buffer unmapped.
+    ///
+    /// Fails with [`StagingError::DeviceLost`] once the device is lost.
     ///
     /// `window` holds the flights of the calling transfer. On a cache miss while
     /// `max_in_flight` of them are still pending, this waits for the oldest (whose callback
@@ -58,6 +73,8 @@ impl StagingShared {
         class: u64,
         window: &mut VecDeque<Arc<Flight>>,
     ) -> Result<HostBuffer, StagingError> {
+        // Every transfer starts here: none starts on a lost device.
+        self.check_device()?;
         let mut polled = false;
         loop {
             if let Some(buffer) = self.cache.take(kind, class) {
@@ -113,7 +130,8 @@ impl StagingShared {
         drop(self.cache.drain());
     }
 
-    /// Encodes `copy` and submits it alone, under error scopes.
+    /// Encodes `copy` and submits it alone, under error scopes. Fails with
+    /// [`StagingError::DeviceLost`] when the device is lost after the submission.
     pub fn submit_copy(
         &self,
         copy: impl FnOnce(&mut wgpu::CommandEncoder),
@@ -127,6 +145,8 @@ impl StagingShared {
             copy(&mut encoder);
             self.queue.submit([encoder.finish()])
         })?;
+        // wgpu drops the work of a lost device without an error: the loss record says it.
+        self.check_device()?;
         self.counters.chunk();
         Ok(index)
     }

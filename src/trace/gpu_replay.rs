@@ -266,6 +266,10 @@ pub enum GpuReplayError {
         #[source]
         source: SourceError,
     },
+    /// The device was lost during the replay: its figures would describe work that did not
+    /// run, so none are reported.
+    #[error(transparent)]
+    DeviceLost(#[from] crate::gpu::DeviceLost),
 }
 
 /// Replays `trace` under `config` through a [`Pool`] on `gpu`'s device: every allocation
@@ -281,7 +285,8 @@ pub enum GpuReplayError {
 /// [`GpuReplayError::Pool`] when the pool could not be created (for example
 /// `expandable_segments:True` on a device that cannot map pages), and
 /// [`GpuReplayError::Alloc`] when an allocation failed with an error other than
-/// out-of-memory (a request above [`Pool::max_block_size`]).
+/// out-of-memory (a request above [`Pool::max_block_size`], a lost device), and
+/// [`GpuReplayError::DeviceLost`] when the device was lost during a run.
 pub fn replay_on_gpu(
     trace: &Trace,
     config: &Config,
@@ -294,6 +299,7 @@ pub fn replay_on_gpu(
         .device_memory
         .or_else(|| gpu.memory_info().and_then(|info| info.device_local_bytes()));
     let mut pool_options = PoolOptions::default()
+        .with_error_log(gpu.errors().clone())
         .with_label("replay")
         .with_chunk_policy(options.chunk_policy);
     if let Some(bytes) = device_memory {
@@ -313,6 +319,7 @@ pub fn replay_on_gpu(
             changes: pool.device_memory_changes(),
         });
         let outcome = replay_once(&scaled, &pool, gpu, heap.as_mut())?;
+        gpu.errors().check_device()?;
         if run == 0 {
             let stats = pool.memory_stats();
             let usage = pool.device_memory_usage();
