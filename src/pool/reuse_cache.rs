@@ -98,6 +98,11 @@ pub(crate) struct ReuseCache<O, P> {
     /// a request to the engine that a block parked just then could have served, as a stale
     /// `occupied` does.
     sizes: AtomicU64,
+    /// Whether the cache held [`CAPACITY`] blocks after the last operation under the flag:
+    /// read without it, by a thread whose block the full cache refused, to return the whole
+    /// cache to the engine with its block in one go. A stale read only changes which of
+    /// the two ways a refused block takes.
+    full: AtomicBool,
     oversize_from: u64,
     contents: UnsafeCell<Contents<O, P>>,
 }
@@ -115,6 +120,7 @@ impl<O, P: Reusable> ReuseCache<O, P> {
             busy: AtomicBool::new(false),
             occupied: AtomicBool::new(false),
             sizes: AtomicU64::new(0),
+            full: AtomicBool::new(false),
             oversize_from,
             contents: UnsafeCell::new(Contents {
                 parked: Vec::with_capacity(CAPACITY),
@@ -140,6 +146,8 @@ impl<O, P: Reusable> ReuseCache<O, P> {
         let result = work(contents);
         let occupied = !contents.parked.is_empty() || contents.counts != ReuseCounts::default();
         self.occupied.store(occupied, Ordering::Relaxed);
+        self.full
+            .store(contents.parked.len() >= CAPACITY, Ordering::Relaxed);
         self.busy.store(false, Ordering::Release);
         Some(result)
     }
@@ -152,6 +160,12 @@ impl<O, P: Reusable> ReuseCache<O, P> {
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// Whether the cache was full after its last operation (see the field).
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.full.load(Ordering::Relaxed)
     }
 
     /// A parked block of exactly `size` requested bytes, most recently parked first; counted
@@ -344,8 +358,10 @@ mod tests {
         let (owner, owner_drops) = owner();
         let part_drops = Arc::new(AtomicU64::new(0));
         for id in 0..CAPACITY as u64 {
+            assert!(!owner.cache.is_full());
             assert!(park(owner.clone(), parts(id, 512, &part_drops)).is_ok());
         }
+        assert!(owner.cache.is_full());
         assert_eq!(Arc::strong_count(&owner), CAPACITY + 1);
         let Err((back, item)) = park(owner.clone(), parts(99, 512, &part_drops)) else {
             panic!("a full cache refuses")
@@ -372,6 +388,7 @@ mod tests {
             "only the refused record was dropped: the parked ones went to the caller"
         );
         assert_eq!(references.len(), CAPACITY, "each parked reference once");
+        assert!(!owner.cache.is_full(), "a drained cache is empty");
         assert_eq!(Arc::strong_count(&owner), CAPACITY + 1, "none was dropped");
         drop((references, records));
         assert_eq!(Arc::strong_count(&owner), 1);
