@@ -261,9 +261,10 @@ pub enum AllocError {
     #[error(transparent)]
     OutOfMemory(Box<OutOfMemory>),
     /// The segment source failed with an error other than out-of-memory (a validation
-    /// error), or the device was lost ([`SourceErrorKind::DeviceLost`](super::source::SourceErrorKind::DeviceLost):
-    /// a pool returns it from every allocation once its device is lost). The cache was not
-    /// released and nothing was retried.
+    /// error), or the device was lost
+    /// ([`SourceErrorKind::DeviceLost`](super::source::SourceErrorKind::DeviceLost): a pool
+    /// returns it from every allocation once its device is lost). The cache was not released
+    /// and nothing was retried.
     #[error("{}", source_failure(.0))]
     Source(#[source] SourceError),
     /// A wgpu pool refuses allocations while more bytes of dropped blocks wait for a

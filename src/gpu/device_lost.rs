@@ -7,8 +7,9 @@ use thiserror::Error;
 ///
 /// Once a device is lost, wgpu 30 drops every later submission and swallows the errors it
 /// would have raised (WebGPU's rule), so without this check a write "succeeds" while nothing
-/// reaches the device. Pools and staging pools that know the device's [`ErrorLog`](super::ErrorLog) return
-/// this error from every operation that moves data or memory once the loss is recorded.
+/// reaches the device. Pools and staging pools that know the device's
+/// [`ErrorLog`](super::ErrorLog) return this error from every operation that moves data or
+/// memory once the loss is recorded.
 /// Nothing recovers a lost device: open a new one and new pools on it.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[error(

@@ -11,10 +11,10 @@ use super::device_lost::DeviceLost;
 /// default handler, which panics. Each error is appended here and printed to stderr with the
 /// prefix `wgpool: uncaptured wgpu error:`; nothing panics. Clones share the same record.
 ///
-/// Pools given the log (`PoolOptions::with_error_log`; `Pool::from_context` does it) check [`is_device_lost`](Self::is_device_lost) and fail
-/// with [`DeviceLost`] once the device is lost. An application that opens its own device
-/// and keeps its own device-lost callback calls [`record_device_lost`](Self::record_device_lost)
-/// from it.
+/// Pools given the log (`PoolOptions::with_error_log`; `Pool::from_context` does it) check
+/// [`is_device_lost`](Self::is_device_lost) and fail with [`DeviceLost`] once the device is
+/// lost. An application that opens its own device and keeps its own device-lost callback
+/// calls [`record_device_lost`](Self::record_device_lost) from it.
 #[derive(Clone, Debug, Default)]
 pub struct ErrorLog {
     inner: Arc<Shared>,

@@ -216,8 +216,9 @@ pub enum ReadWriteError {
     /// The block is evicted and could not be brought back to the device.
     #[error("the block is evicted and could not be made resident: {0}")]
     Residency(#[from] ResidencyError),
-    /// The device was lost, before the transfer or by the submission that carried it:
-    /// the transfer did not happen (see [`PoolOptions::with_error_log`](super::PoolOptions::with_error_log)).
+    /// The device was lost, before the transfer or by the submission that carried it: the
+    /// transfer did not happen (see
+    /// [`PoolOptions::with_error_log`](super::PoolOptions::with_error_log)).
     #[error(transparent)]
     DeviceLost(#[from] DeviceLost),
 }

@@ -280,9 +280,9 @@ impl PoolShared {
 
     /// Locks the state and returns every block of the reuse cache to the engine first, so
     /// that the engine sees all free memory and exact statistics. The returned blocks'
-    /// records go on the record shelf; their references to the pool go to the reference bank while
-    /// a `Pool` handle is open (so that the next allocations take them instead of counting
-    /// the pool's references up and down again), else they are dropped.
+    /// records go on the record shelf; their references to the pool go to the reference
+    /// bank while a `Pool` handle is open (so that the next allocations take them instead of
+    /// counting the pool's references up and down again), else they are dropped.
     pub fn lock_flushed(&self) -> MutexGuard<'_, PoolState> {
         let mut state = self.lock();
         let state_ref = &mut *state;
