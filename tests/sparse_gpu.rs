@@ -851,6 +851,58 @@ fn exhausted_address_space_says_what_helps() {
     drop(block);
 }
 
+/// A driver that refuses a sparse range while the pools' own count of address space has room
+/// (NVIDIA's does past about 884 GiB of its 1 TiB, call 41): the allocation fails as
+/// out-of-memory whose cause is address space, with the driver's words and what helps, goes
+/// down the retry chain (idle ranges released, then one more try), and the pool stays usable.
+/// The refusal is made on purpose here; no device refuses a small range on demand.
+#[test]
+fn a_range_the_driver_refuses_is_out_of_address_space_end_to_end() {
+    use wgpool::engine::AllocError;
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    // A device of its own: the refusals apply to every range made on the device.
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let sparse = sparse_device(own.device()).unwrap();
+    let pool = Pool::from_context(&own, Config::default()).unwrap();
+    assert_eq!(pool.memory_mode(), MemoryMode::Pages);
+    // Every try of the retry chain is refused.
+    sparse.fail_next_range_creations(u64::MAX);
+    let error = pool.alloc(1 << 20).unwrap_err();
+    sparse.fail_next_range_creations(0);
+    let AllocError::OutOfMemory(oom) = &error else {
+        panic!("a refused range is out-of-memory for the retry chain: {error}")
+    };
+    let message = error.to_string();
+    for needle in [
+        "driver refused a sparse range",
+        "A device memory allocation has failed",
+        "Address space is what ran out, not memory",
+        "expandable_segments:False",
+    ] {
+        assert!(message.contains(needle), "lacks `{needle}`: {message}");
+    }
+    assert!(!message.contains("vkAllocateMemory"), "{message}");
+    assert_eq!(oom.rounded, 1 << 20);
+    let stats = pool.memory_stats();
+    assert_eq!(
+        (stats.num_ooms, stats.num_alloc_retries),
+        (1, 1),
+        "{stats:?}"
+    );
+    assert_eq!(stats.reserved_bytes.all.current, 0, "nothing was reserved");
+    // One refusal: the policy's next try (before the chain releases anything) gets the range.
+    sparse.fail_next_range_creations(1);
+    let block = pool.alloc(1 << 20).expect("the next try after one refusal");
+    pool.write(&block, &pattern_bytes(4, 1 << 20)).unwrap();
+    assert_eq!(pool.read(&block).unwrap(), pattern_bytes(4, 1 << 20));
+    let stats = pool.memory_stats();
+    assert_eq!(
+        (stats.num_ooms, stats.num_alloc_retries),
+        (1, 1),
+        "{stats:?}"
+    );
+}
+
 /// Releasing a range never waits for the binds into it: its buffer (and address space) is
 /// kept until they are applied. A reservation of another pool that needs that address space
 /// right away gets it (waiting for the binds), so filling the whole address space, mapping

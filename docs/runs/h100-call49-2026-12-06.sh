@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Call 49 (2026-12-06, eleventh session): three builds in ROUNDS interleaved rounds
-# (default 3): before this session (5b98006, .dev/wgpool-base), with the reference bank
-# (35eadca, .dev/wgpool-bank), and with the full cache's flush as well (cf39ee2,
-# .dev/wgpool). For each of
+# Call 49 (2026-12-06, eleventh session): two builds in ROUNDS interleaved rounds
+# (default 3): before this session (5b98006, .dev/wgpool-base) and with the reference bank
+# and the full cache's flush (cf39ee2, .dev/wgpool). For each of
 # the four traces, PyTorch 2.11's first run (native), then each build's first run in both
 # modes (`replay --gpu --repeat 3`) and runs 2-5 with the cache kept (pool and engine ns/op).
 # Then the device-lost tests on NVIDIA (.dev/device_lost_gpu). Carry [".gl", ".dev"].
@@ -34,7 +33,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for t in $TRACES; do
     torch $t
     for conf in expandable_segments:True expandable_segments:False; do
-      for build in wgpool-base wgpool-bank wgpool; do
+      for build in wgpool-base wgpool; do
         wg $t $conf "--repeat 3" $build
         wg $t $conf "--repeat 5 --keep-cache" $build
       done

@@ -46,6 +46,8 @@ pub(crate) struct SparseDeviceInner {
     flushes_at_submit: AtomicU64,
     /// Bind submissions still to fail on purpose ([`SparseDevice::fail_next_bind_submissions`]).
     failing_binds: AtomicU64,
+    /// Range creations still to refuse on purpose ([`SparseDevice::fail_next_range_creations`]).
+    failing_ranges: AtomicU64,
 }
 
 /// What a device offers for page mapping, read once when it is opened.
@@ -289,12 +291,7 @@ impl SparseDevice {
             call: "vkQueueBindSparse",
             result,
         };
-        if inner.failing_binds.load(Ordering::Relaxed) > 0
-            && inner
-                .failing_binds
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-                .is_ok()
-        {
+        if take_one(&inner.failing_binds) {
             return Err(vulkan_error(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY));
         }
         // SAFETY: the caller holds the queue through its gate; every bind names a live
@@ -330,6 +327,20 @@ impl SparseDevice {
     #[doc(hidden)]
     pub fn fail_next_bind_submissions(&self, count: u64) {
         self.inner.failing_binds.store(count, Ordering::Relaxed);
+    }
+
+    /// Makes the next `count` creations of a pool's address range fail as a driver that
+    /// refuses the sparse `vkCreateBuffer` with `VK_ERROR_OUT_OF_DEVICE_MEMORY` would (as
+    /// NVIDIA's does once its own address space is spent), without calling it: for tests of
+    /// the refused-range path, which no device produces on demand at a small size.
+    #[doc(hidden)]
+    pub fn fail_next_range_creations(&self, count: u64) {
+        self.inner.failing_ranges.store(count, Ordering::Relaxed);
+    }
+
+    /// Whether this range creation is to fail on purpose (counted down once).
+    pub(crate) fn refuse_range_on_purpose(&self) -> bool {
+        take_one(&self.inner.failing_ranges)
     }
 
     /// The bind timeline value of the last bind submitted (0: none), with timelines.
@@ -486,6 +497,7 @@ impl SparseDeviceInner {
             retiring: Mutex::new(Vec::new()),
             flushes_at_submit: AtomicU64::new(0),
             failing_binds: AtomicU64::new(0),
+            failing_ranges: AtomicU64::new(0),
         }
     }
 
@@ -574,6 +586,15 @@ pub(crate) fn lookup(handle: vk::Device) -> Result<SparseDevice, String> {
                 .to_string(),
         ),
     }
+}
+
+/// Counts `counter` down by one if it is above zero; whether it did. A plain load first, so
+/// that the usual zero costs no locked operation.
+fn take_one(counter: &AtomicU64) -> bool {
+    counter.load(Ordering::Relaxed) > 0
+        && counter
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
 }
 
 #[cfg(test)]

@@ -287,7 +287,14 @@ impl PagedMemory {
         }
         let start = Instant::now();
         let label = format!("{} range {id}", self.label);
-        let made = SparseRange::new(&self.sparse, &self.device, size, self.usage, &label);
+        let made = if self.sparse.refuse_range_on_purpose() {
+            Err(SparseError::OutOfMemory {
+                bytes: size,
+                result: vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
+            })
+        } else {
+            SparseRange::new(&self.sparse, &self.device, size, self.usage, &label)
+        };
         self.counters.range_time += start.elapsed();
         let range = match made {
             Ok(range) => range,
