@@ -30,8 +30,10 @@
 //!    cache → reference → owner) is broken by [`ReuseCache::drain`], which runs through a
 //!    reference of its own (a `Pool` handle), and the cache refuses to park once the owner's
 //!    last handle is gone, so no cycle outlives the pool. The unit tests below check both:
-//!    a refused park returns the last reference alive, and draining drops each parked
-//!    reference exactly once, so the owner is dropped exactly once.
+//!    a refused park returns the last reference alive, and draining hands each parked
+//!    reference to its caller exactly once, so the owner is dropped exactly once. (The
+//!    pool banks what a drain hands it while a handle is open, a cycle of the same kind,
+//!    broken when the last handle releases the bank: see `reference_bank`.)
 
 use std::cell::UnsafeCell;
 use std::sync::Arc;
@@ -354,7 +356,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_cache_refuses_and_draining_drops_each_reference_once() {
+    fn a_full_cache_refuses_and_draining_hands_each_reference_back_once() {
         let (owner, owner_drops) = owner();
         let part_drops = Arc::new(AtomicU64::new(0));
         for id in 0..CAPACITY as u64 {
