@@ -12,7 +12,10 @@ use common::pattern_bytes;
 use wgpool::config::Config;
 use wgpool::engine::{AllocError, SourceErrorKind};
 use wgpool::gpu::{DeviceLost, ErrorLog, GpuContext, HeadlessOptions};
-use wgpool::pool::{MemoryMode, MoveError, Pool, PoolOptions, ReadWriteError, ResidencyError};
+use wgpool::pool::{
+    BindingError, BlockBindings, MemoryMode, MoveError, Pool, PoolOptions, ReadWriteError,
+    ResidencyError,
+};
 use wgpool::staging::{StagingError, StagingOptions, StagingPool};
 
 const SIZE: u64 = 64 << 10;
@@ -102,6 +105,16 @@ fn every_operation_of_a_pool_on_a_lost_device_fails_with_the_loss() {
             pool.make_resident(&[block]),
             Err(ResidencyError::DeviceLost(lost.clone()))
         );
+        let bindings = BlockBindings::new().read_write(0, block);
+        // wgpu makes the layout without a word on a lost device; the pool's group refuses.
+        let layout = bindings
+            .create_layout(own.device(), wgpu::ShaderStages::COMPUTE)
+            .unwrap();
+        match bindings.create_bind_group(own.device(), &layout) {
+            Err(BindingError::DeviceLost(error)) => assert_eq!(error, lost),
+            Err(other) => panic!("{mode}: a bind group on a lost device failed otherwise: {other}"),
+            Ok(_) => panic!("{mode}: a bind group on a lost device was made"),
+        }
     }
     for staging in [&staging, &direct] {
         match staging.upload(&kept[0], &data) {

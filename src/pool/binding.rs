@@ -434,8 +434,9 @@ impl<'a> BlockBindings<'a> {
     /// # Errors
     ///
     /// As for [`check`](Self::check), [`BindingError::ForeignDevice`] when a block's pool is
-    /// on another device than `device`, and [`BindingError::Gpu`] when wgpu refuses the group
-    /// (for example a layout that does not match).
+    /// on another device than `device`, [`BindingError::Gpu`] when wgpu refuses the group
+    /// (for example a layout that does not match), and [`BindingError::DeviceLost`] once a
+    /// block's pool knows its device is lost.
     pub fn create_bind_group(
         &self,
         device: &wgpu::Device,
@@ -443,6 +444,14 @@ impl<'a> BlockBindings<'a> {
     ) -> Result<PoolBindGroup, BindingError> {
         self.check()?;
         self.check_device(device)?;
+        if let Some(lost) = self
+            .entries
+            .iter()
+            .filter_map(|entry| entry.block)
+            .find_map(|block| block.shared().check_device().err())
+        {
+            return Err(BindingError::DeviceLost(lost));
+        }
         let entries: Vec<wgpu::BindGroupEntry<'_>> = self
             .entries
             .iter()

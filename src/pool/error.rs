@@ -166,6 +166,11 @@ pub enum BindingError {
     /// wgpu refused the layout or bind group.
     #[error("wgpu refused the bind group: {0}")]
     Gpu(#[source] CaughtError),
+    /// A block's pool knows its device is lost
+    /// ([`PoolOptions::with_error_log`](super::PoolOptions::with_error_log)): wgpu would
+    /// make a bind group that no work ever uses.
+    #[error(transparent)]
+    DeviceLost(#[from] DeviceLost),
     /// The block is evicted and could not be brought back to the device.
     #[error("the block is evicted and could not be made resident: {0}")]
     NotResident(#[source] Box<ResidencyError>),
