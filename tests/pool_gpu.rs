@@ -627,8 +627,10 @@ fn reuse_cache_keeps_statistics_exact_and_blocks_outlive_the_pool() {
 /// drops, so a block that outlives the pool holds its only reference.
 #[test]
 fn banked_pool_references_go_back_with_the_last_handle() {
-    let gpu = common::gpu();
-    let pool = pool(gpu, "");
+    // A device of its own: a submission point on a shared device (another test's) upgrades
+    // every pool's weak reference for a moment, which the counts below would see.
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let pool = pool(&own, "");
     let survivor = pool.alloc(4096).unwrap();
     assert_eq!(survivor.pool_references(), 2, "the handle and the block");
     // Alternating sizes: each allocation misses the cache and drains the block before.
