@@ -194,3 +194,32 @@ fn a_replay_on_a_lost_device_reports_no_figures() {
         ),
     }
 }
+
+/// The benchmark on a lost device returns an error rather than figures of work that did not
+/// run (`wgpool bench` then says the device was lost and exits 1).
+#[test]
+fn a_benchmark_on_a_lost_device_reports_no_figures() {
+    use wgpool::bench::timing::RunCounts;
+    use wgpool::bench::{BenchConfig, BenchError, default_placements, run_bench};
+    use wgpool::kernels::KernelOptions;
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let config = BenchConfig {
+        size_bytes: 64 * 1024,
+        counts: RunCounts::new(1, 3),
+        force_wall: false,
+        seed: 5,
+        kernels: None,
+        kernel_options: KernelOptions::default(),
+    };
+    let mut placements = default_placements(&own).unwrap();
+    own.device().destroy();
+    let _ = own.device().poll(wgpu::PollType::wait_indefinitely());
+    match run_bench(&own, &config, &mut placements, &mut |_| {}) {
+        Err(BenchError::DeviceLost { source, .. }) => assert_eq!(source.reason(), "Destroyed"),
+        Err(other) => panic!("a benchmark on a lost device failed otherwise: {other}"),
+        Ok(report) => panic!(
+            "a benchmark on a lost device reported {} kernel rows",
+            report.kernels.len()
+        ),
+    }
+}

@@ -90,7 +90,28 @@ pub fn default_placements_with(
 /// random inputs, checked against the CPU reference (a mismatch returns
 /// [`BenchError::Verification`] at once), then warm-up and timed runs. The copy peak is the
 /// f32 copy on the first placement named `raw` (measured separately when there is none).
+///
+/// On a device that wgpu has lost, every error is [`BenchError::DeviceLost`]: what a step
+/// reports there (a failed map, a validation error of an object wgpu no longer made) is a
+/// consequence, not the cause.
 pub fn run_bench(
+    ctx: &GpuContext,
+    config: &BenchConfig,
+    placements: &mut [Box<dyn OperandPlacement>],
+    progress: &mut dyn FnMut(BenchEvent<'_>),
+) -> Result<BenchReport, BenchError> {
+    bench_kernels(ctx, config, placements, progress).map_err(|error| {
+        match (&error, ctx.errors().check_device()) {
+            (BenchError::DeviceLost { .. }, _) | (_, Ok(())) => error,
+            (_, Err(source)) => BenchError::DeviceLost {
+                during: format!("the kernel benchmark (which then reported: {error})"),
+                source,
+            },
+        }
+    })
+}
+
+fn bench_kernels(
     ctx: &GpuContext,
     config: &BenchConfig,
     placements: &mut [Box<dyn OperandPlacement>],

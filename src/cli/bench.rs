@@ -136,6 +136,24 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         ..HeadlessOptions::default()
     })
     .map_err(|error| Failure::gpu(&error, ""))?;
+    // On a lost device every later step fails in its own way (a map that fails, a check
+    // that reads nothing); the loss is what the user needs to hear.
+    bench_on(&ctx, &args, runs, kernels, &pool_config).map_err(|failure| {
+        match ctx.errors().check_device() {
+            Err(lost) => Failure::internal(format!("the benchmark's device: {lost}")),
+            Ok(()) => failure,
+        }
+    })
+}
+
+/// `bench` once the device is open: measures, then prints.
+fn bench_on(
+    ctx: &GpuContext,
+    args: &BenchArgs,
+    runs: u32,
+    kernels: Option<Vec<Kernel>>,
+    pool_config: &Config,
+) -> Result<(), Failure> {
     // Every placement of a kernel holds its operands at once (raw and pool on the device),
     // so the default leaves a small device most of its memory: at most 1/32 of it per operand.
     let device_share_mb = ctx
@@ -217,8 +235,8 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             }
         }
     };
-    let result = default_placements_with(&ctx, &pool_config)
-        .and_then(|mut placements| run_bench(&ctx, &config, &mut placements, &mut progress));
+    let result = default_placements_with(ctx, pool_config)
+        .and_then(|mut placements| run_bench(ctx, &config, &mut placements, &mut progress));
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
@@ -239,7 +257,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     })?;
     let mut report = report;
     let alloc = alloc_latency::measure(
-        &ctx,
+        ctx,
         ALLOC_BENCH_BYTES,
         2000,
         if args.quick { 11 } else { 31 },
@@ -248,7 +266,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     .map_err(|error| Failure::internal(format!("allocation latency: {error}")))?;
     report.alloc = Some(serde_json::to_value(&alloc).expect("alloc report serializes"));
     let transfers = if args.transfers {
-        Some(transfers_and_moves(&ctx, size_bytes, args.quick)?)
+        Some(transfers_and_moves(ctx, size_bytes, args.quick)?)
     } else {
         None
     };
@@ -259,7 +277,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         let (warmup, timed) = if args.quick { (1, 3) } else { (1, 5) };
         let config = OversubscriptionConfig::new(size_bytes, budget).with_passes(warmup, timed);
         Some(
-            oversubscription::measure(&ctx, &config).map_err(|error| match &error {
+            oversubscription::measure(ctx, &config).map_err(|error| match &error {
                 BenchError::Config(_) => Failure::bad_input(format!("--oversubscription: {error}")),
                 _ => Failure::internal(format!("oversubscription: {error}")),
             })?,
