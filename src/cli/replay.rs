@@ -80,6 +80,10 @@ pub struct ReplayArgs {
     /// the runs after the first measure the hot path (allocations that reuse cached memory).
     #[arg(long, requires = "repeat")]
     keep_cache: bool,
+    /// With --gpu: take the pool's locks on every operation instead of biasing them to the
+    /// replaying thread (PoolOptions::with_owner_bias(false)), to measure what the bias saves.
+    #[arg(long, requires = "gpu")]
+    no_owner_bias: bool,
 }
 
 /// Default of `--history-entries`.
@@ -118,6 +122,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
             .with_scale(args.scale.unwrap_or(1))
             .with_repeat(args.repeat.unwrap_or(1))
             .with_keep_cache(args.keep_cache)
+            .with_owner_bias(!args.no_owner_bias)
             .with_device_memory(device_memory);
         return super::replay_gpu::run(&trace, &args.file, &config, &options, args.json, warn);
     }

@@ -33,6 +33,7 @@
 //! [`AllocError::OutOfMemory`](crate::engine::AllocError::OutOfMemory) with the engine's diagnostic; the pool stays usable.
 
 mod alloc;
+mod asymmetric_fence;
 mod bind_group;
 mod binding;
 mod block;
@@ -43,6 +44,7 @@ mod error;
 mod history;
 mod movement;
 mod options;
+mod owner_bias;
 mod pool_shared;
 mod read_write;
 mod record_shelf;
@@ -55,12 +57,13 @@ mod residency_api;
 mod residency_options;
 mod residents;
 mod reuse_cache;
+mod state_lock;
 mod stats;
 mod submission;
 mod submissions;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 pub use crate::engine::MemoryMode;
 pub use crate::memory::DeviceMemoryUsage;
@@ -82,8 +85,10 @@ use crate::engine::{Engine, EngineLimits};
 use crate::gpu::GpuContext;
 use crate::memory::{Backing, PlanError, WorkClock};
 use options::default_held_limit;
+use owner_bias::OwnerBias;
 use pool_shared::{BindingLimits, PoolShared, PoolState};
 use reuse_cache::ReuseCache;
+use state_lock::StateLock;
 use submissions::DeviceSubmissions;
 
 /// A caching pool of device memory. Cheap to clone: clones share the same pool.
@@ -207,7 +212,8 @@ impl Pool {
             .with_device_memory(device_memory)
             .with_max_segment_size(limits.max_buffer_size)
             .with_page_mapping(plan.page_mapping);
-        let reuse = ReuseCache::new(config.max_split_size.unwrap_or(u64::MAX));
+        let bias = Arc::new(OwnerBias::new(options.owner_bias));
+        let reuse = ReuseCache::new(config.max_split_size.unwrap_or(u64::MAX), bias.clone());
         let mut engine =
             Engine::with_mode(config, engine_limits, plan.mode).map_err(PoolError::Config)?;
         let mut memory = crate::memory::for_plan(
@@ -251,20 +257,23 @@ impl Pool {
                 device: device.clone(),
                 queue: queue.clone(),
                 limits: binding,
-                state: Mutex::new(PoolState {
-                    engine,
-                    memory,
-                    mode_reason,
-                    host: None,
-                    held: Vec::new(),
-                    held_bytes: 0,
-                    held_warned: false,
-                    host_overflows: 0,
-                    labels: Default::default(),
-                    residents,
-                    shelf: Default::default(),
-                    references: Default::default(),
-                }),
+                state: StateLock::new(
+                    bias,
+                    PoolState {
+                        engine,
+                        memory,
+                        mode_reason,
+                        host: None,
+                        held: Vec::new(),
+                        held_bytes: 0,
+                        held_warned: false,
+                        host_overflows: 0,
+                        labels: Default::default(),
+                        residents,
+                        shelf: Default::default(),
+                        references: Default::default(),
+                    },
+                ),
                 reuse,
                 handles: AtomicUsize::new(1),
                 host_bindable,
@@ -311,6 +320,16 @@ impl Pool {
     /// queue for pages, or what kept it from mapping pages.
     pub fn memory_mode_reason(&self) -> String {
         self.shared.lock().mode_reason.clone()
+    }
+
+    /// Whether the pool's owner bias still holds (see
+    /// [`PoolOptions::with_owner_bias`](options::PoolOptions::with_owner_bias)): its first
+    /// thread (or, before any use, whichever thread comes first) takes the pool's locks
+    /// without locked instructions. `false` once another thread has used the pool, where
+    /// the bias was not asked for, or where the system cannot revoke one. Asking takes no
+    /// lock and changes nothing.
+    pub fn owner_bias_holds(&self) -> bool {
+        self.shared.state.bias().is_held()
     }
 
     /// The largest block the pool serves; [`alloc`](Pool::alloc) refuses a larger request

@@ -2,8 +2,8 @@
 
 use std::borrow::BorrowMut;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::Residency;
 use super::block::{BlockParts, TRANSFERRED};
@@ -14,6 +14,7 @@ use super::reference_bank::ReferenceBank;
 use super::residence::UseClock;
 use super::residents::{Residents, free_host};
 use super::reuse_cache::{self, CacheOwner, ReuseCache};
+use super::state_lock::{StateGuard, StateLock};
 use super::submissions::DeviceSubmissions;
 use crate::engine::{BlockId, Engine, SegmentId, SegmentKind};
 use crate::format::bytes;
@@ -93,7 +94,9 @@ pub(crate) struct PoolShared {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub limits: BindingLimits,
-    pub state: Mutex<PoolState>,
+    /// The engine and everything else the pool changes under its lock; biased to the
+    /// pool's first thread (see `owner_bias`).
+    pub state: StateLock<PoolState>,
     pub reuse: ReuseCache<PoolShared, BlockParts>,
     /// Live `Pool` handles; blocks are parked for reuse only while one exists.
     pub handles: AtomicUsize,
@@ -145,13 +148,12 @@ impl PoolShared {
         self.recording.load(Ordering::Acquire)
     }
 
-    /// Locks the state. wgpool runs no caller code and does not panic while it holds the
-    /// lock, so a poisoned lock (a panic that unwound through some other path) is recovered
-    /// rather than turned into a panic here.
-    pub fn lock(&self) -> MutexGuard<'_, PoolState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// Locks the state: without a locked instruction on the pool's owner thread while its
+    /// bias holds (see `owner_bias`). wgpool runs no caller code and does not panic while it
+    /// holds the lock, so a panic that unwound through some other path leaves it usable.
+    #[inline]
+    pub fn lock(&self) -> StateGuard<'_, PoolState> {
+        self.state.lock()
     }
 
     /// Whether dropped blocks wait for the recordings that exposed them
@@ -283,7 +285,7 @@ impl PoolShared {
     /// records go on the record shelf; their references to the pool go to the reference
     /// bank while a `Pool` handle is open (so that the next allocations take them instead of
     /// counting the pool's references up and down again), else they are dropped.
-    pub fn lock_flushed(&self) -> MutexGuard<'_, PoolState> {
+    pub fn lock_flushed(&self) -> StateGuard<'_, PoolState> {
         let mut state = self.lock();
         let state_ref = &mut *state;
         // Read under the state lock: the last handle counts `handles` down before it takes

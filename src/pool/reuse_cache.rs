@@ -12,13 +12,17 @@
 //! - it never keeps its pool alive after the pool's last handle is gone.
 //!
 //! It is guarded by a spin flag rather than a mutex: operations under it are a few loads and
-//! stores, and a thread that finds it busy takes the engine's path instead of waiting.
+//! stores, and a thread that finds it busy takes the engine's path instead of waiting. The
+//! pool's owner thread holds it without the flag while the pool's owner bias holds.
 //!
 //! # The two `unsafe` rules
 //!
 //! 1. **The flag owns the contents.** `contents` is reached only inside
 //!    [`ReuseCache::try_with`], between taking the `busy` flag (acquire) and giving it back
-//!    (release), so at most one thread touches it at a time.
+//!    (release), or, on the pool's owner thread while its
+//!    [owner bias](super::owner_bias) holds, between entering the bias's cache slot and
+//!    leaving it (the bias's protocol keeps every other thread off the flag until then), so
+//!    at most one thread touches it at a time.
 //! 2. **A parked reference keeps its owner alive, and parking never drops one.** A block
 //!    parks together with the reference to its pool (`Arc<O>`) that its handle held, so that
 //!    reuse moves that reference instead of counting it down and up again. The cache lives
@@ -39,6 +43,7 @@ use std::cell::UnsafeCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
+use super::owner_bias::{OwnerBias, Slot};
 use crate::engine::SegmentKind;
 
 /// Most blocks the cache holds.
@@ -87,6 +92,8 @@ struct Contents<O, P> {
 }
 
 pub(crate) struct ReuseCache<O, P> {
+    /// The pool's owner bias: its owner thread holds the cache without taking `busy`.
+    bias: Arc<OwnerBias>,
     busy: AtomicBool,
     /// Whether the cache holds blocks or reuse counts, as of the last operation under the
     /// flag: read without the flag, to skip taking it when there is nothing to take or
@@ -117,8 +124,10 @@ unsafe impl<O: Send + Sync, P: Send> Sync for ReuseCache<O, P> {}
 
 impl<O, P: Reusable> ReuseCache<O, P> {
     /// A cache that counts reuses of blocks of `oversize_from` bytes or more as oversize.
-    pub fn new(oversize_from: u64) -> Self {
+    /// The owner thread of `bias` holds it without the flag while the bias holds.
+    pub fn new(oversize_from: u64, bias: Arc<OwnerBias>) -> Self {
         ReuseCache {
+            bias,
             busy: AtomicBool::new(false),
             occupied: AtomicBool::new(false),
             sizes: AtomicU64::new(0),
@@ -135,22 +144,29 @@ impl<O, P: Reusable> ReuseCache<O, P> {
     #[inline]
     #[allow(unsafe_code)]
     fn try_with<R>(&self, work: impl FnOnce(&mut Contents<O, P>) -> R) -> Option<R> {
-        if self
-            .busy
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
+        let biased = self.bias.enter(Slot::Cache);
+        if !biased
+            && self
+                .busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
         {
             return None;
         }
-        // SAFETY: rule 1: the flag is ours until the release store below, and `work` cannot
-        // reach this cache again (it gets only the contents).
+        // SAFETY: rule 1: the cache is ours (by the bias, or by the flag) until the bias's
+        // slot or the flag is given back below, and `work` cannot reach this cache again (it
+        // gets only the contents).
         let contents = unsafe { &mut *self.contents.get() };
         let result = work(contents);
         let occupied = !contents.parked.is_empty() || contents.counts != ReuseCounts::default();
         self.occupied.store(occupied, Ordering::Relaxed);
         self.full
             .store(contents.parked.len() >= CAPACITY, Ordering::Relaxed);
-        self.busy.store(false, Ordering::Release);
+        if biased {
+            self.bias.leave(Slot::Cache);
+        } else {
+            self.busy.store(false, Ordering::Release);
+        }
         Some(result)
     }
 
@@ -316,7 +332,7 @@ mod tests {
     fn owner() -> (Arc<Owner>, Arc<AtomicU64>) {
         let drops = Arc::new(AtomicU64::new(0));
         let owner = Arc::new(Owner {
-            cache: ReuseCache::new(u64::MAX),
+            cache: ReuseCache::new(u64::MAX, Arc::new(OwnerBias::new(true))),
             handles: AtomicUsize::new(1),
             drops: drops.clone(),
         });

@@ -36,6 +36,9 @@ pub struct GpuReplayOptions {
     /// first then reuse cached memory, which is the pool's hot path (allocations and frees
     /// that need no driver call) where the trace repeats itself.
     pub keep_cache: bool,
+    /// Bias the pool to the replaying thread ([`PoolOptions::with_owner_bias`], default
+    /// `true`); `false` measures the pool with its locks taken on every operation.
+    pub owner_bias: bool,
 }
 
 impl Default for GpuReplayOptions {
@@ -47,6 +50,7 @@ impl Default for GpuReplayOptions {
             repeat: 1,
             engine_baseline: true,
             keep_cache: false,
+            owner_bias: true,
         }
     }
 }
@@ -86,6 +90,12 @@ impl GpuReplayOptions {
     /// Keeps the pool's cache between runs (see [`keep_cache`](Self::keep_cache)).
     pub fn with_keep_cache(mut self, keep: bool) -> Self {
         self.keep_cache = keep;
+        self
+    }
+
+    /// Asks for the pool's owner bias, or not (see [`owner_bias`](Self::owner_bias)).
+    pub fn with_owner_bias(mut self, owner_bias: bool) -> Self {
+        self.owner_bias = owner_bias;
         self
     }
 }
@@ -222,6 +232,10 @@ pub struct GpuReplayReport {
     pub repeat: u32,
     /// Whether the cache was kept between runs ([`GpuReplayOptions::keep_cache`]).
     pub keep_cache: bool,
+    /// Whether the pool's owner bias still held after the last run
+    /// ([`Pool::owner_bias_holds`]): `false` when it was not asked for, when the system
+    /// cannot revoke one (no `membarrier`), or when another thread used the pool.
+    pub owner_bias: bool,
     /// Every run, the first (a cold start: the driver's first allocations) included.
     pub runs: Vec<GpuReplayRun>,
     /// With several runs, the median of each figure over the runs after the first: the
@@ -301,7 +315,8 @@ pub fn replay_on_gpu(
     let mut pool_options = PoolOptions::default()
         .with_error_log(gpu.errors().clone())
         .with_label("replay")
-        .with_chunk_policy(options.chunk_policy);
+        .with_chunk_policy(options.chunk_policy)
+        .with_owner_bias(options.owner_bias);
     if let Some(bytes) = device_memory {
         pool_options = pool_options.with_device_memory(bytes);
     }
@@ -382,6 +397,7 @@ pub fn replay_on_gpu(
         ordering_time_s: usage.ordering_time.as_secs_f64(),
         repeat: options.repeat.max(1),
         keep_cache: options.keep_cache,
+        owner_bias: pool.owner_bias_holds(),
         runs,
         rest_median,
     };
