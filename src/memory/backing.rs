@@ -80,6 +80,7 @@ impl Backing {
     /// stamp of unsettled work it takes over (0 for none): the segment's buffer, or in pages
     /// mode one of its range's wrappers, chosen by the rule in [`wrappers`](super::wrappers)
     /// (which may order GPU work first).
+    #[inline]
     pub fn block_buffer(&mut self, allocation: &Allocation) -> (&wgpu::Buffer, u32, u64) {
         match &mut self.source {
             BackingKind::Segments(segments) => (segments.buffer(allocation.segment), 0, 0),
@@ -90,6 +91,7 @@ impl Backing {
     /// Notes a device block freed to the engine (before the engine frees it): the block of
     /// `capacity` bytes at `offset` of `segment`, reached through `wrapper`, with the GPU work
     /// bits that reached it and the unsettled work it took over (`work`).
+    #[inline]
     pub fn block_freed(
         &mut self,
         segment: SegmentId,

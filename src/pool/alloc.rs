@@ -9,7 +9,9 @@ use super::pool_shared::PoolState;
 use super::residents::{HostBlockError, RoomError};
 use super::{Block, Pool, Residency};
 use crate::config::Overflow;
-use crate::engine::{AllocError, OomCause, OutOfMemory, RoomShortfall, SegmentSource, SourceError};
+use crate::engine::{
+    AllocError, Allocation, OomCause, OutOfMemory, RoomShortfall, SegmentSource, SourceError,
+};
 use crate::history::{Action, now_us};
 
 impl Pool {
@@ -124,48 +126,14 @@ impl Pool {
         state: &mut PoolState,
         size: u64,
     ) -> Result<Box<BlockParts>, AllocError> {
-        let mut failures = 0u32;
-        let allocation = loop {
-            let PoolState { engine, memory, .. } = &mut *state;
-            match engine.allocate(size, 0, memory) {
-                Ok(allocation) => break allocation,
-                Err(AllocError::OutOfMemory(mut oom)) if state.residents.is_some() => {
-                    failures += 1;
-                    if failures <= 6 {
-                        // The request's pages, then twice as many each time: the request may
-                        // need a segment larger than itself, and a block shares its end pages.
-                        let page = state.memory.page_mapping().map_or(1, |m| m.page);
-                        let needed = (oom.rounded.div_ceil(page) * page) << (failures - 1);
-                        match self.shared.make_room(state, needed, &[]) {
-                            Ok(freed) if freed > 0 => continue,
-                            Ok(_) => {}
-                            Err(RoomError::Short(short)) => oom.residency = Some(short),
-                            Err(RoomError::Failed(ResidencyError::HostLimit { limit, .. })) => {
-                                oom.residency = Some(RoomShortfall {
-                                    needed,
-                                    host_full: Some(limit.unwrap_or(0)),
-                                    ..RoomShortfall::default()
-                                });
-                            }
-                            Err(RoomError::Failed(error)) => log::warn!(
-                                "{}: evicting blocks to make room failed: {error}",
-                                self.shared.label
-                            ),
-                        }
-                    }
-                    // One out-of-memory for the request, not one per attempt.
-                    for _ in 1..failures {
-                        state.engine.uncount_oom();
-                    }
-                    return Err(AllocError::OutOfMemory(oom));
-                }
-                Err(error) => return Err(error),
+        let PoolState { engine, memory, .. } = &mut *state;
+        let allocation = match engine.allocate(size, 0, memory) {
+            Ok(allocation) => allocation,
+            Err(AllocError::OutOfMemory(oom)) if state.residents.is_some() => {
+                self.place_after_evictions(state, size, oom)?
             }
+            Err(error) => return Err(error),
         };
-        for _ in 0..failures {
-            // Eviction served the request: the attempts that failed were not out-of-memory.
-            state.engine.uncount_oom();
-        }
         if let Some(log) = &mut state.memory.history {
             log.block(Action::Alloc, &allocation, 0, now_us());
         }
@@ -193,6 +161,67 @@ impl Pool {
             residents.track(&mut parts, run, self.shared.use_clock.tick());
         }
         Ok(parts)
+    }
+
+    /// The request `engine.allocate` refused with `oom` in a pool with residency: evicts
+    /// blocks to make room and tries again, up to six times; the one out-of-memory error of
+    /// the request if none helps. Out of line: the allocation path above stays small.
+    #[cold]
+    #[inline(never)]
+    fn place_after_evictions(
+        &self,
+        state: &mut PoolState,
+        size: u64,
+        mut oom: Box<OutOfMemory>,
+    ) -> Result<Allocation, AllocError> {
+        let mut failures = 0u32;
+        loop {
+            failures += 1;
+            if failures <= 6 {
+                // The request's pages, then twice as many each time: the request may need a
+                // segment larger than itself, and a block shares its end pages.
+                let page = state.memory.page_mapping().map_or(1, |m| m.page);
+                let needed = (oom.rounded.div_ceil(page) * page) << (failures - 1);
+                match self.shared.make_room(state, needed, &[]) {
+                    Ok(freed) if freed > 0 => {
+                        let PoolState { engine, memory, .. } = &mut *state;
+                        match engine.allocate(size, 0, memory) {
+                            Ok(allocation) => {
+                                for _ in 0..failures {
+                                    // Eviction served the request: the attempts that
+                                    // failed were not out-of-memory.
+                                    state.engine.uncount_oom();
+                                }
+                                return Ok(allocation);
+                            }
+                            Err(AllocError::OutOfMemory(again)) => {
+                                oom = again;
+                                continue;
+                            }
+                            Err(error) => return Err(error),
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(RoomError::Short(short)) => oom.residency = Some(short),
+                    Err(RoomError::Failed(ResidencyError::HostLimit { limit, .. })) => {
+                        oom.residency = Some(RoomShortfall {
+                            needed,
+                            host_full: Some(limit.unwrap_or(0)),
+                            ..RoomShortfall::default()
+                        });
+                    }
+                    Err(RoomError::Failed(error)) => log::warn!(
+                        "{}: evicting blocks to make room failed: {error}",
+                        self.shared.label
+                    ),
+                }
+            }
+            // One out-of-memory for the request, not one per attempt.
+            for _ in 1..failures {
+                state.engine.uncount_oom();
+            }
+            return Err(AllocError::OutOfMemory(oom));
+        }
     }
 
     /// Serves a request the device could not from host memory (`overflow:host`). The

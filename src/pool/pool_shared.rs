@@ -299,6 +299,9 @@ impl PoolShared {
                 state_ref.references.deposit(self, reference);
             }
         });
+        let Some(counts) = counts else {
+            return state;
+        };
         for kind in [SegmentKind::Small, SegmentKind::Large] {
             let i = kind.index();
             if counts.reuses[i] > 0 {

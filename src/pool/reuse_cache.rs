@@ -89,6 +89,9 @@ pub(crate) struct ReuseCounts {
 struct Contents<O, P> {
     parked: Vec<Parked<O, P>>,
     counts: ReuseCounts,
+    /// Whether a block was taken since the last drain (`counts` is not all zero): one flag
+    /// to test instead of the counts.
+    counted: bool,
 }
 
 pub(crate) struct ReuseCache<O, P> {
@@ -136,6 +139,7 @@ impl<O, P: Reusable> ReuseCache<O, P> {
             contents: UnsafeCell::new(Contents {
                 parked: Vec::with_capacity(CAPACITY),
                 counts: ReuseCounts::default(),
+                counted: false,
             }),
         }
     }
@@ -158,7 +162,7 @@ impl<O, P: Reusable> ReuseCache<O, P> {
         // gets only the contents).
         let contents = unsafe { &mut *self.contents.get() };
         let result = work(contents);
-        let occupied = !contents.parked.is_empty() || contents.counts != ReuseCounts::default();
+        let occupied = !contents.parked.is_empty() || contents.counted;
         self.occupied.store(occupied, Ordering::Relaxed);
         self.full
             .store(contents.parked.len() >= CAPACITY, Ordering::Relaxed);
@@ -198,6 +202,7 @@ impl<O, P: Reusable> ReuseCache<O, P> {
             let parked = c.parked.swap_remove(index);
             let parts = &parked.1;
             let kind = parts.kind().index();
+            c.counted = true;
             c.counts.reuses[kind] += 1;
             c.counts.bytes[kind] += parts.block_size();
             c.counts.requested[kind] += parts.requested();
@@ -231,22 +236,36 @@ impl<O, P: Reusable> ReuseCache<O, P> {
     /// Empties the cache: hands each parked record, with the owner reference it parked
     /// with, to `free` (to free its block through the engine, and keep or drop the record
     /// and the reference), in the order they were parked, and returns the reuse counts since
-    /// the last drain. The caller must reach the cache through a reference of its own, not
+    /// the last drain (`None` when no block was taken since). The caller must reach the cache through a reference of its own, not
     /// one of the parked ones (rule 2), so dropping the parked references never drops the
     /// owner under it. `free` runs under the cache's flag and must not reach the cache;
     /// other threads meanwhile neither park nor take (they go to the engine instead).
-    pub fn drain(&self, mut free: impl FnMut(Arc<O>, Box<P>)) -> ReuseCounts {
+    pub fn drain(&self, mut free: impl FnMut(Arc<O>, Box<P>)) -> Option<ReuseCounts> {
         if !self.occupied.load(Ordering::Relaxed) {
             // Nothing parked and nothing counted: a block parked from now on is parked
             // after this drain.
-            return ReuseCounts::default();
+            return None;
         }
         self.with(|c| {
             self.sizes.store(0, Ordering::Relaxed);
-            for (reference, parts) in c.parked.drain(..) {
-                free(reference, parts);
+            if c.parked.len() == 1 {
+                // The common case where sizes keep changing (a decode's growing caches):
+                // one block parked since the last miss. `pop` keeps the vector's storage
+                // without a drain iterator's bookkeeping.
+                if let Some((reference, parts)) = c.parked.pop() {
+                    free(reference, parts);
+                }
+            } else {
+                for (reference, parts) in c.parked.drain(..) {
+                    free(reference, parts);
+                }
             }
-            std::mem::take(&mut c.counts)
+            if c.counted {
+                c.counted = false;
+                Some(std::mem::take(&mut c.counts))
+            } else {
+                None
+            }
         })
     }
 }
@@ -394,7 +413,7 @@ mod tests {
             references.push(reference);
             records.push(parts);
         });
-        assert_eq!(counts, ReuseCounts::default(), "nothing was reused");
+        assert_eq!(counts, None, "nothing was reused");
         assert_eq!(
             records.iter().map(|r| r.id).collect::<Vec<_>>(),
             (0..CAPACITY as u64).collect::<Vec<_>>(),
@@ -433,14 +452,17 @@ mod tests {
         assert_eq!((first.id, second.id), (3, 1));
         assert!(owner.cache.take(100).is_none());
         let mut rest = Vec::new();
-        let counts = owner.cache.drain(|_, record| rest.push(record.id));
+        let counts = owner
+            .cache
+            .drain(|_, record| rest.push(record.id))
+            .expect("blocks were reused");
         assert_eq!(rest, vec![2]);
         assert_eq!(counts.reuses, [2, 0]);
         assert_eq!(counts.bytes, [1024, 0]);
         assert_eq!(counts.requested, [200, 0]);
         assert_eq!(
             owner.cache.drain(|_, _| {}),
-            ReuseCounts::default(),
+            None,
             "a drain resets the counts"
         );
     }
