@@ -107,10 +107,10 @@ impl OwnerBias {
         let owner = self.owner.load(Ordering::Relaxed);
         if owner == me {
             let inside = &self.inside[slot as usize];
-            debug_assert!(
-                !inside.load(Ordering::Relaxed),
-                "a biased lock entered twice by its owner"
-            );
+            if inside.load(Ordering::Relaxed) {
+                // With a mutex this would deadlock; here two sections would share the value.
+                entered_twice(slot);
+            }
             inside.store(true, Ordering::Relaxed);
             asymmetric_fence::light();
             if self.phase.load(Ordering::Relaxed) == ACTIVE {
@@ -187,6 +187,14 @@ impl OwnerBias {
     }
 }
 
+/// The owner entered a slot it holds: a bug in wgpool (its code never takes a lock it
+/// holds), stopped here as loudly as the deadlock a mutex would give.
+#[cold]
+#[inline(never)]
+fn entered_twice(slot: Slot) -> ! {
+    panic!("wgpool: the pool's {slot:?} lock was entered twice by its owner thread")
+}
+
 /// Spins briefly, then yields, then sleeps: the owner may be inside a driver call.
 fn back_off(waits: &mut u32) {
     *waits += 1;
@@ -256,6 +264,16 @@ mod tests {
         assert!(!entered, "another thread takes the lock itself");
         assert!(!bias.is_held(), "and the bias is gone");
         assert!(!bias.enter(Slot::State), "for the owner too");
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    #[should_panic(expected = "entered twice")]
+    fn the_owner_entering_a_slot_it_holds_is_stopped() {
+        fence_is_there();
+        let bias = OwnerBias::new(true);
+        assert!(bias.enter(Slot::State));
+        bias.enter(Slot::State);
     }
 
     #[test]
