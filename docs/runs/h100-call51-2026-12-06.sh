@@ -13,10 +13,7 @@ ROUNDS=${ROUNDS:-3}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 grep -m1 "model name" /proc/cpuinfo; nproc; uname -r
 cat .dev/COMMIT .dev/COMMIT-bias
-mkdir -p /tmp/traces
-cp tests/data/gpt2-train.csv /tmp/traces/
-python3 tools/synth_traces.py /tmp/traces kv-decode-cat resnet50-amp bert-base-varlen > /dev/null
-TRACES="gpt2-train resnet50-amp bert-base-varlen kv-decode-cat"
+. docs/runs/prepare-traces.sh
 : > "$OUT/replay.jsonl"
 wg() {
   out=$(timeout 90 .dev/$4 replay /tmp/traces/$1.csv --gpu --json $3 --conf "$2" 2>/dev/null)
