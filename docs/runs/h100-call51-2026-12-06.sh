@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Call 51 (2026-12-06, twelfth session): (1) the cheaper miss path (47eaccd, .dev/wgpool)
+# Call 51 (2026-12-06, twelfth session): (1) the cheaper miss path (47eaccd; .dev/wgpool is built from the commit in .dev/COMMIT, which adds the always-checked second entry)
 # against the owner bias alone (9d6280c, .dev/wgpool-bias), runs 2-5 with the cache kept, all
 # four traces in both modes, ROUNDS interleaved rounds (default 3); (2) where the pool's time
 # goes on this host's CPU: `perf stat` (Debian 12's perf 6.1 with its libraries, carried in
 # .dev/perfpkg.tar.xz and run through its own loader) of the decode replayed 40 times with
 # the cache kept, against the engine alone (`replay` without --gpu), and `perf record` of
-# the same with cycles and with instructions, by symbol (.dev/wgpool-sym: 47eaccd with its
-# symbol table). Carry [".gl", ".dev"].
+# the same with cycles and with instructions, by symbol (.dev/wgpool-sym: with its
+# symbol table, same commit). Carry [".gl", ".dev"].
 set -uo pipefail
 ROUNDS=${ROUNDS:-3}
 . docs/runs/device-env.sh
