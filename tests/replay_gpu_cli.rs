@@ -173,6 +173,43 @@ fn replay_reports_the_pool_and_engine_time_per_operation_and_repeats() {
 }
 
 #[test]
+fn the_owner_bias_changes_no_figure_of_a_replay() {
+    let trace = trace_file();
+    for conf in ["expandable_segments:False", "expandable_segments:auto"] {
+        let args = [
+            "--conf",
+            conf,
+            "--scale",
+            "4",
+            "--repeat",
+            "2",
+            "--keep-cache",
+        ];
+        let biased = replay_gpu(&trace, &args);
+        let plain = replay_gpu(&trace, &[&args[..], &["--no-owner-bias"]].concat());
+        assert_eq!(plain["owner_bias"], false, "{plain}");
+        // The replaying thread is the pool's only one: the bias holds to the end wherever
+        // the system has membarrier (Linux 4.14 and later without a filter against it).
+        assert!(biased["owner_bias"].is_boolean(), "{biased}");
+        for key in [
+            "mode",
+            "peak_live_bytes",
+            "peak_reserved_bytes",
+            "peak_allocated_bytes",
+            "device_memory_peak_bytes",
+            "device_allocations",
+            "bind_calls",
+            "segments_created",
+            "segments_released",
+            "num_ooms",
+        ] {
+            assert_eq!(biased[key], plain[key], "{key}: {biased} against {plain}");
+        }
+    }
+    let _ = std::fs::remove_file(&trace);
+}
+
+#[test]
 fn scale_needs_gpu_and_a_positive_divisor() {
     let trace =
         std::env::temp_dir().join(format!("wgpool-replay-gpu-s-{}.csv", std::process::id()));
