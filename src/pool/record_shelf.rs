@@ -4,9 +4,16 @@
 //!
 //! Guarantees:
 //! - it holds at most [`CAPACITY`] records;
-//! - a block takes a record of its own segment where there is one, else any record (whose
-//!   buffer handle it then replaces), so that blocks freed in one segment and placed in
-//!   another still allocate no record;
+//! - a block takes only a record of its own segment, whose buffer handle is the block's
+//!   own (or, in pages mode, another wrapper of its range, replaced then), so that
+//!   reusing a record counts no buffer reference up or down. A record of another segment
+//!   would save the block its allocation but not the handle's two references counted up and
+//!   two down: four locked instructions, about 44 ns on the H100's host (call 48) against
+//!   some 20 for the allocation, and it would leave its own segment without a record for
+//!   the next block there (call 52: on the decode, 14% of the allocations swapped handles
+//!   that way, and those swaps took 6% of the replay's time). Records left on a segment's
+//!   shelf serve its later blocks: in a trace that repeats itself every segment gets back
+//!   what it gave;
 //! - a record on the shelf names no block: its block was freed to the engine before it was
 //!   put here, and whoever takes it resets every field (`BlockParts::reset`), replacing the
 //!   buffer handle unless it is the new block's own;
@@ -31,9 +38,6 @@ pub(crate) struct RecordShelf {
     by_segment: Vec<Vec<Box<BlockParts>>>,
     /// Records on the shelf.
     held: usize,
-    /// The segment a record was last put for: where a block of a segment without records
-    /// takes one.
-    last: usize,
 }
 
 impl RecordShelf {
@@ -52,29 +56,14 @@ impl RecordShelf {
         record.label = None;
         record.residence = None;
         self.by_segment[index].push(record);
-        self.last = index;
         self.held += 1;
     }
 
-    /// A record last used in `segment` (most recently put first), else any record; `None`
-    /// when the shelf is empty.
+    /// A record last used in `segment` (most recently put first); `None` when the shelf
+    /// has none for it.
     #[inline]
     pub fn take(&mut self, segment: SegmentId) -> Option<Box<BlockParts>> {
-        if self.held == 0 {
-            return None;
-        }
-        let own = segment.0 as usize;
-        let index = if self.by_segment.get(own).is_some_and(|p| !p.is_empty()) {
-            own
-        } else if !self.by_segment[self.last].is_empty() {
-            self.last
-        } else {
-            // Rare: the last segment's records were taken; `held > 0`, so one has some.
-            let found = self.by_segment.iter().position(|p| !p.is_empty())?;
-            self.last = found;
-            found
-        };
-        let record = self.by_segment[index].pop()?;
+        let record = self.by_segment.get_mut(segment.0 as usize)?.pop()?;
         self.held -= 1;
         Some(record)
     }
@@ -83,6 +72,5 @@ impl RecordShelf {
     pub fn clear(&mut self) {
         self.by_segment.clear();
         self.held = 0;
-        self.last = 0;
     }
 }
