@@ -10,17 +10,7 @@ ROUNDS=${ROUNDS:-2}
 . docs/runs/device-env.sh
 cat .dev/COMMIT .dev/COMMIT-prev
 . docs/runs/prepare-traces.sh
-: > "$OUT/replay.jsonl"
-wg() {
-  out=$(timeout 90 .dev/$4 replay /tmp/traces/$1.csv --gpu --json $3 --conf "$2" 2>/dev/null)
-  python3 -c "
-import json,sys
-r=json.loads(sys.argv[1]); r['trace']='$1'; r['round']='$round'; r['conf_given']='$2'; r['args']='$3'; r['build']='$4'
-print(json.dumps(r))
-f=r['runs'][0]; m=r['rest_median']
-print('$round $4 $1 $2 $3 bias %s first wall %.3f drv %.3f; rest pool %.1f engine %.1f ratio %.3f' % (r.get('owner_bias'), f['replay_time_s'], f['driver_time_s'], m['pool_ns_per_op'], r['engine_ns_per_op'], m['pool_ns_per_op']/r['engine_ns_per_op']), file=sys.stderr)
-" "$out" >> "$OUT/replay.jsonl" || echo "$1 $2 $4: no report"
-}
+. docs/runs/replay-helper.sh
 for round in $(seq 1 "$ROUNDS"); do
   for t in $TRACES; do
     for conf in expandable_segments:True expandable_segments:False; do
