@@ -1386,3 +1386,28 @@ fn labels_name_blocks_in_the_snapshot_the_summary_and_the_leak_report() {
     );
     drop((weights, second, plain));
 }
+
+#[test]
+fn a_block_given_another_segments_record_reaches_its_own_buffer() {
+    // 600 small blocks share one small segment (2 MiB); freed without having been exposed,
+    // their records crowd the record shelf (more than half of its 1024), so blocks placed in
+    // new large segments take those records and must swap in their own segment's handle.
+    let gpu = common::gpu();
+    let pool = pool(gpu, "expandable_segments:False");
+    let probe = pool.alloc(512).unwrap();
+    let small_buffer = probe.buffer().clone();
+    let small: Vec<Block> = (0..600).map(|_| pool.alloc(512).unwrap()).collect();
+    drop(small);
+    let large: Vec<Block> = (0..3).map(|_| pool.alloc(2 << 20).unwrap()).collect();
+    for (i, block) in large.iter().enumerate() {
+        assert!(
+            *block.buffer() != small_buffer,
+            "block {i} kept the small segment's handle"
+        );
+        let data = pattern(40 + i as u32, block.size());
+        pool.write(block, &data).unwrap();
+        assert_eq!(pool.read(block).unwrap(), data, "block {i}");
+    }
+    drop(probe);
+    pool.check_consistency().unwrap();
+}

@@ -98,9 +98,9 @@ impl OwnerBias {
 
     /// Enters `slot` as the owner: `true` if the calling thread owns the bias (or just
     /// claimed it) and the bias holds; the caller then holds the lock and must call
-    /// [`leave`](Self::leave). `false` if the caller must take the lock's own mutex or flag;
-    /// by then the bias is revoked (or being revoked by this thread's owner status lapsing),
-    /// so no biased section can overlap the caller's.
+    /// [`leave`](Self::leave). `false` if the caller must take the lock's own mutex or flag:
+    /// by then the bias is revoked, or (for the owner only) being revoked, so no biased
+    /// section of another thread can overlap the caller's.
     #[inline]
     pub fn enter(&self, slot: Slot) -> bool {
         let me = thread_id();
