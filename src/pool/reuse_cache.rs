@@ -236,10 +236,11 @@ impl<O, P: Reusable> ReuseCache<O, P> {
     /// Empties the cache: hands each parked record, with the owner reference it parked
     /// with, to `free` (to free its block through the engine, and keep or drop the record
     /// and the reference), in the order they were parked, and returns the reuse counts since
-    /// the last drain (`None` when no block was taken since). The caller must reach the cache through a reference of its own, not
-    /// one of the parked ones (rule 2), so dropping the parked references never drops the
-    /// owner under it. `free` runs under the cache's flag and must not reach the cache;
-    /// other threads meanwhile neither park nor take (they go to the engine instead).
+    /// the last drain (`None` when no block was taken since). The caller must reach the
+    /// cache through a reference of its own, not one of the parked ones (rule 2), so
+    /// dropping the parked references never drops the owner under it. `free` runs under
+    /// the cache's flag (or the owner bias's cache slot) and must not reach the cache; other
+    /// threads meanwhile neither park nor take (they go to the engine instead).
     pub fn drain(&self, mut free: impl FnMut(Arc<O>, Box<P>)) -> Option<ReuseCounts> {
         if !self.occupied.load(Ordering::Relaxed) {
             // Nothing parked and nothing counted: a block parked from now on is parked
