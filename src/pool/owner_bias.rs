@@ -103,8 +103,12 @@ impl OwnerBias {
     /// section of another thread can overlap the caller's.
     #[inline]
     pub fn enter(&self, slot: Slot) -> bool {
-        let me = thread_id();
         let owner = self.owner.load(Ordering::Relaxed);
+        if owner == NO_OWNER {
+            // Revoked or never on: no thread id needed.
+            return false;
+        }
+        let me = thread_id();
         if owner == me {
             let inside = &self.inside[slot as usize];
             if inside.load(Ordering::Relaxed) {
@@ -120,9 +124,6 @@ impl OwnerBias {
             // before the revocation ends, and it may be waiting for this thread to leave
             // another slot, so the owner must not wait for it here.
             inside.store(false, Ordering::Release);
-            return false;
-        }
-        if owner == NO_OWNER {
             return false;
         }
         self.claim_or_revoke(slot, me)
