@@ -105,3 +105,53 @@ fn a_pool_keeps_its_bias_on_one_thread_and_gives_it_up_to_a_second() {
         biased.check_consistency().unwrap();
     }
 }
+
+#[test]
+fn a_submission_point_on_another_thread_leaves_a_pool_without_held_blocks_biased() {
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let config = Config::parse("expandable_segments:False").unwrap();
+    let mine = Pool::from_context(&own, config.clone()).unwrap();
+    let kept = work(&mine, 3);
+    let fenced = mine.owner_bias_holds();
+    if !fenced {
+        eprintln!("membarrier is unavailable here: the pool's owner bias is off");
+    }
+    // A second pool of the same device, used on another thread, holds a dropped block back
+    // for its recording, then reaches a submission point: that releases held blocks in every
+    // pool of the device that holds any.
+    let theirs = Pool::from_context(&own, config).unwrap();
+    let worker = theirs.clone();
+    let (held, released) = std::thread::spawn(move || {
+        let block = worker.alloc(8192).unwrap();
+        let _ = block.binding();
+        drop(block);
+        let held = worker.held_bytes();
+        worker.mark_submitted();
+        (held, worker.held_bytes())
+    })
+    .join()
+    .expect("the second thread");
+    assert_eq!(held, 8192, "held back for the open recording");
+    assert_eq!(released, 0, "released at the submission point");
+    assert_eq!(
+        mine.owner_bias_holds(),
+        fenced,
+        "a pool holding nothing back is not locked by another thread's submission point"
+    );
+    // And a pool that does hold a block back still gets it released by a submission point
+    // on another thread (which then revokes its bias: it had to take its lock).
+    let block = mine.alloc(4096).unwrap();
+    let _ = block.binding();
+    drop(block);
+    assert_eq!(mine.held_bytes(), 4096);
+    let worker = theirs.clone();
+    std::thread::spawn(move || worker.mark_all_submitted())
+        .join()
+        .expect("the second thread");
+    assert_eq!(mine.held_bytes(), 0, "released from the other thread");
+    assert!(!mine.owner_bias_holds());
+    drop(kept);
+    assert_eq!(mine.memory_stats().allocated_bytes.all.current, 0);
+    mine.check_consistency().unwrap();
+    theirs.check_consistency().unwrap();
+}

@@ -286,6 +286,7 @@ impl Pool {
                 held_limit,
                 held_limit_action: options.held_limit_action,
                 over_held_limit: AtomicBool::new(false),
+                held_blocks: AtomicUsize::new(0),
                 referenced_bytes: AtomicU64::new(0),
                 recording: AtomicBool::new(false),
                 log_leaks: options.log_leaks,

@@ -120,6 +120,8 @@ pub(crate) struct PoolShared {
     pub held_limit_action: HeldLimitAction,
     /// Set while held bytes are over a [`HeldLimitAction::Error`] bound: allocations fail.
     pub over_held_limit: AtomicBool,
+    /// Blocks in the state's held list (counted just before they enter it, see `release`).
+    pub held_blocks: AtomicUsize,
     /// Bytes of dropped (or moved) blocks kept from reuse by `BlockRef`s.
     pub referenced_bytes: AtomicU64,
     /// Whether the history records (`Pool::record_history`): the reuse cache is bypassed.
@@ -173,11 +175,17 @@ impl PoolShared {
         }
         if shared.may_be_recorded(&parts) {
             let mut state = shared.lock();
-            // Submission points release held blocks under this lock after closing
-            // recordings, so asking again here cannot miss one.
+            // Counted before asking again. A submission point closes recordings, then reads
+            // the counts (all sequentially consistent, as the recordings' close and check
+            // are), then takes this lock to release: if it closed the block's last
+            // recording before the check below, the check sees that and the block is freed
+            // here; if after, it finds the count above zero and releases the block once this
+            // lock is free. Either way no held block waits for a later submission point.
+            shared.count_held(1, 0);
             if shared.may_be_recorded(&parts) {
                 shared.hold(&mut state, *parts);
             } else {
+                shared.count_held(0, 1);
                 free_to_shelf(&mut state, parts);
             }
             return;
@@ -216,12 +224,24 @@ impl PoolShared {
         self.holds_for_recordings() && self.submissions.recordings.may_name(&parts.exposure)
     }
 
-    /// Holds a dropped block back until the recordings that exposed it are submitted, and
-    /// warns or refuses allocations past the held limit.
-    pub fn hold(&self, state: &mut PoolState, parts: BlockParts) {
+    /// Counts blocks about to be held back (`added`) or released (`released`), in this pool
+    /// and in the device's total: submission points skip pools whose count is zero without
+    /// locking them (see `release` for why a block is counted before it is held).
+    fn count_held(&self, added: usize, released: usize) {
+        if added > 0 {
+            self.held_blocks.fetch_add(added, Ordering::SeqCst);
+        }
+        if released > 0 {
+            self.held_blocks.fetch_sub(released, Ordering::SeqCst);
+        }
+        self.submissions.count_held(added, released);
+    }
+
+    /// Holds a dropped block (already counted, see `count_held`) back until the recordings
+    /// that exposed it are submitted, and warns or refuses allocations past the held limit.
+    fn hold(&self, state: &mut PoolState, parts: BlockParts) {
         state.held_bytes += parts.capacity;
         state.held.push(parts);
-        self.submissions.count_held(1, 0);
         let Some(limit) = self.held_limit else {
             return;
         };
@@ -245,8 +265,13 @@ impl PoolShared {
         }
     }
 
-    /// Frees the held blocks that no open recording may name.
+    /// Frees the held blocks that no open recording may name. Takes the pool's lock only when
+    /// it holds blocks back: a submission point on one thread leaves the pools of other
+    /// threads (and their owner bias) alone while they hold none.
     pub fn release_held(&self) {
+        if self.held_blocks.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         let mut state = self.lock();
         if state.held.is_empty() {
             return;
@@ -266,7 +291,7 @@ impl PoolShared {
                 free_to_engine(&mut state, parts);
             }
         }
-        self.submissions.count_held(0, released);
+        self.count_held(0, released);
         if let Some(limit) = self.held_limit
             && state.held_bytes <= limit / 2
         {

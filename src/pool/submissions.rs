@@ -79,10 +79,10 @@ impl DeviceSubmissions {
     /// Counts blocks held back (positive) or released (negative).
     pub fn count_held(&self, added: usize, released: usize) {
         if added > 0 {
-            self.held_blocks.fetch_add(added, Ordering::AcqRel);
+            self.held_blocks.fetch_add(added, Ordering::SeqCst);
         }
         if released > 0 {
-            self.held_blocks.fetch_sub(released, Ordering::AcqRel);
+            self.held_blocks.fetch_sub(released, Ordering::SeqCst);
         }
     }
 
@@ -108,7 +108,8 @@ impl DeviceSubmissions {
 
     /// Frees, in every pool of the device, the held blocks that no open recording may name.
     pub fn release_held(&self) {
-        if self.held_blocks.load(Ordering::Acquire) == 0 {
+        // Sequentially consistent, after the recordings were closed: see `PoolShared::release`.
+        if self.held_blocks.load(Ordering::SeqCst) == 0 {
             return;
         }
         let pools: Vec<Arc<PoolShared>> = {
