@@ -45,10 +45,19 @@ pub(crate) struct RecordShelf {
     last: usize,
 }
 
+/// Drops the label and the residency record `record` names.
+#[cold]
+#[inline(never)]
+fn let_go(record: &mut BlockParts) {
+    record.label = None;
+    record.residence = None;
+}
+
 impl RecordShelf {
     /// Keeps `record` (of a device block just freed to the engine) for the next block of its
     /// segment, or drops it when the shelf is full. Host records are dropped: their segments
     /// are another engine's.
+    #[inline]
     pub fn put(&mut self, mut record: Box<BlockParts>) {
         if self.held >= CAPACITY || record.residency != Residency::Device {
             return;
@@ -57,9 +66,11 @@ impl RecordShelf {
         if index >= self.by_segment.len() {
             self.by_segment.resize_with(index + 1, Vec::new);
         }
-        // What a record names besides its buffer is let go now, not when it is reused.
-        record.label = None;
-        record.residence = None;
+        // What a record names besides its buffer is let go now, not when it is reused. Out
+        // of line: most records name nothing else, and dropping either needs a call.
+        if record.label.is_some() || record.residence.is_some() {
+            let_go(&mut record);
+        }
         self.by_segment[index].push(record);
         self.last = index;
         self.held += 1;
