@@ -3,13 +3,15 @@
 # .dev/wgpool (its commit in .dev/COMMIT), ROUNDS interleaved rounds (default 3). For each
 # trace and round: PyTorch 2.11's first run and warm runs (native), then in both modes the
 # first run (`--repeat 3`, cache released before it) and runs 2-9 with the cache kept
-# (`--repeat 9 --keep-cache`: pool and engine ns per op, medians of eight runs). Then the
-# engine alone, default against policy:pytorch (tools/engine_cost.py). Carry [".gl", ".dev"].
+# (`--repeat 9 --keep-cache`: pool and engine ns per op, medians of eight runs) of the build
+# before this session's frees change (.dev/wgpool-prev, .dev/COMMIT-prev) and of the new one.
+# Then the engine alone, default against policy:pytorch (tools/engine_cost.py). Carry
+# [".gl", ".dev"].
 set -uo pipefail
 ROUNDS=${ROUNDS:-3}
 . docs/runs/device-env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
-cat .dev/COMMIT
+cat .dev/COMMIT .dev/COMMIT-prev
 . docs/runs/prepare-traces.sh
 . docs/runs/replay-helper.sh
 torch() {
@@ -21,6 +23,7 @@ for round in $(seq 1 "$ROUNDS"); do
     torch $t
     for conf in expandable_segments:True expandable_segments:False; do
       wg $t $conf "--repeat 3" wgpool
+      wg $t $conf "--repeat 9 --keep-cache" wgpool-prev
       wg $t $conf "--repeat 9 --keep-cache" wgpool
     done
   done
