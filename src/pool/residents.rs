@@ -65,6 +65,7 @@ struct Counters {
 }
 
 /// Why room could not be made.
+#[derive(Debug)]
 pub(crate) enum RoomError {
     /// Every block that may go would not free enough.
     Short(RoomShortfall),
@@ -146,11 +147,52 @@ impl Residents {
     }
 }
 
+/// How many times [`PoolShared::make_room`] chooses blocks to evict when every block it chose
+/// came into use before it could evict it.
+const ROOM_ATTEMPTS: u32 = 4;
+
+/// Runs `attempt` (one choice and eviction, returning the bytes freed) until it frees
+/// something, at most [`ROOM_ATTEMPTS`] times; its errors end the retries at once. Nothing
+/// freed after the last attempt is a shortfall of `needed` bytes with no block to blame.
+fn retry_room(
+    needed: u64,
+    mut attempt: impl FnMut() -> Result<u64, RoomError>,
+) -> Result<u64, RoomError> {
+    for _ in 0..ROOM_ATTEMPTS {
+        match attempt()? {
+            0 => continue,
+            freed => return Ok(freed),
+        }
+    }
+    // Every block chosen, each time, came into use meanwhile.
+    Err(RoomError::Short(RoomShortfall {
+        needed,
+        ..RoomShortfall::default()
+    }))
+}
+
 impl PoolShared {
     /// Evicts tracked blocks, least recently used first, until `needed` device bytes came
     /// free, never one in `keep`, pinned, or in use (see [`Residence`]). Returns the bytes
     /// freed, which may fall short when a block chosen became in use meanwhile.
+    ///
+    /// Other threads mark blocks in use without the pool's lock, so every block chosen may
+    /// come into use between the choice and its eviction. When that leaves nothing freed,
+    /// the choice is made again from a fresh look at every block (up to
+    /// [`ROOM_ATTEMPTS`] times) before the request is refused: a race lost to another
+    /// thread is not an out-of-memory.
     pub(crate) fn make_room(
+        &self,
+        state: &mut PoolState,
+        needed: u64,
+        keep: &[BlockId],
+    ) -> Result<u64, RoomError> {
+        retry_room(needed, || self.make_room_once(state, needed, keep))
+    }
+
+    /// One choice of blocks to evict for [`make_room`](Self::make_room), and their
+    /// eviction: the bytes freed (0 when every block chosen came into use meanwhile).
+    fn make_room_once(
         &self,
         state: &mut PoolState,
         needed: u64,
@@ -203,13 +245,6 @@ impl PoolShared {
             freed += self
                 .evict_tracked(state, ids[key as usize])
                 .map_err(RoomError::Failed)?;
-        }
-        if freed == 0 {
-            // Every block chosen came into use meanwhile.
-            return Err(RoomError::Short(RoomShortfall {
-                needed,
-                ..RoomShortfall::default()
-            }));
         }
         Ok(freed)
     }
@@ -547,5 +582,58 @@ pub(crate) fn free_host(state: &mut PoolState, copy: BlockParts) {
     if let Some(host) = state.host.as_mut() {
         let freed = host.engine.free(copy.id, &mut host.segments);
         debug_assert!(freed.is_ok(), "{freed:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_choice_lost_to_other_threads_is_made_again() {
+        // Every block chosen came into use twice, then a choice freed 8 KiB.
+        let mut results = vec![0, 0, 8192].into_iter();
+        let mut calls = 0;
+        let freed = retry_room(4096, || {
+            calls += 1;
+            Ok(results.next().expect("no more attempts than results"))
+        });
+        assert!(matches!(freed, Ok(8192)), "{freed:?}");
+        assert_eq!(calls, 3);
+    }
+
+    #[test]
+    fn nothing_freed_in_every_attempt_is_a_shortfall_of_what_was_needed() {
+        let mut calls = 0;
+        let freed = retry_room(4096, || {
+            calls += 1;
+            Ok(0)
+        });
+        assert_eq!(calls, ROOM_ATTEMPTS);
+        match freed {
+            Err(RoomError::Short(short)) => {
+                assert_eq!(short.needed, 4096);
+                assert_eq!(short.evictable, 0);
+            }
+            other => panic!("expected a shortfall, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_real_shortfall_is_not_retried() {
+        let mut calls = 0;
+        let freed = retry_room(4096, || {
+            calls += 1;
+            Err(RoomError::Short(RoomShortfall {
+                needed: 4096,
+                pinned: 4096,
+                ..RoomShortfall::default()
+            }))
+        });
+        assert_eq!(calls, 1);
+        assert!(
+            matches!(&freed, Err(RoomError::Short(short)) if short.pinned == 4096),
+            "{freed:?}"
+        );
     }
 }
