@@ -290,6 +290,33 @@ fn submission_points_cover_every_pool_of_the_device() {
     assert_eq!(first.held_bytes(), 0);
 }
 
+/// The device's count of held blocks (what lets submission points skip its pools) follows
+/// every block held and released, and lets go of the blocks of a pool dropped before its
+/// recordings were submitted.
+#[test]
+fn the_devices_count_of_held_blocks_forgets_a_dropped_pools_blocks() {
+    let gpu = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let device = gpu.device().clone();
+    let (kept, dropped) = (pool(&gpu, ""), pool(&gpu, ""));
+    for (pool, blocks) in [(&kept, 1), (&dropped, 2)] {
+        for _ in 0..blocks {
+            let block = pool.alloc(4096).unwrap();
+            let _ = block.binding().unwrap();
+            drop(block);
+        }
+    }
+    assert_eq!(wgpool::pool::held_blocks_on(&device), 3);
+    drop(dropped);
+    assert_eq!(
+        wgpool::pool::held_blocks_on(&device),
+        1,
+        "the dropped pool's two blocks are gone with it"
+    );
+    kept.mark_submitted();
+    assert_eq!(kept.held_bytes(), 0);
+    assert_eq!(wgpool::pool::held_blocks_on(&device), 0);
+}
+
 /// Held memory is bounded: past the held limit the pool warns once, naming the missing
 /// submit, or refuses allocations.
 #[test]

@@ -78,7 +78,7 @@ pub use options::{DEFAULT_USAGE, FreeTiming, HeldLimitAction, PoolOptions};
 pub use residency::Residency;
 pub use residency_api::ResidencyStats;
 pub use residency_options::ResidencyOptions;
-pub use submissions::{Recording, mark_submitted};
+pub use submissions::{Recording, held_blocks_on, mark_submitted};
 
 use crate::config::{Config, Overflow};
 use crate::engine::{Engine, EngineLimits};

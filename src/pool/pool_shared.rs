@@ -348,6 +348,17 @@ impl PoolShared {
     }
 }
 
+impl Drop for PoolShared {
+    /// Blocks still held back die with the pool: the device's count of held blocks, which
+    /// decides whether submission points look at its pools at all, lets go of them.
+    fn drop(&mut self) {
+        let held = *self.held_blocks.get_mut();
+        if held > 0 {
+            self.submissions.count_held(0, held);
+        }
+    }
+}
+
 impl CacheOwner for PoolShared {
     type Parts = BlockParts;
 

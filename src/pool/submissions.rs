@@ -184,6 +184,13 @@ impl std::fmt::Debug for Recording {
     }
 }
 
+/// Blocks held back for unsubmitted recordings in all pools on `device` (0 when no pool
+/// exists on it): for tests of the count that lets submission points skip the pools.
+#[doc(hidden)]
+pub fn held_blocks_on(device: &wgpu::Device) -> usize {
+    DeviceSubmissions::find(device).map_or(0, |set| set.held_blocks.load(Ordering::SeqCst))
+}
+
 /// A submission point for every pool on `device`, for the calling thread: the commands it
 /// recorded so far are submitted (call it after your own `queue.submit`). Blocks of any pool
 /// on the device that were held back only for those commands are freed. Does nothing when no
