@@ -5,7 +5,8 @@
 # 256, beside PyTorch 2.11's first run of the decode (native), ROUNDS interleaved rounds
 # (default 3). Then this session's pool changes on NVIDIA: the owner-bias tests
 # (.dev/owner_bias_gpu: a submission point on another thread leaves a pool that holds
-# nothing back biased) and the residency tests (.dev/residency_gpu), then the
+# nothing back biased), the submission tests (.dev/submissions_gpu: the device's count of
+# held blocks) and the residency tests (.dev/residency_gpu), then the
 # four-thread evict-and-restore stress test RUNS more times (default 20): make_room now
 # chooses again when every block it chose came into use on another thread. Test binaries
 # built with `cargo test --release --no-run` at the commit in .dev/COMMIT-tests. Carry
@@ -29,6 +30,7 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 timeout 120 .dev/owner_bias_gpu 2>&1 | tail -5
+timeout 240 .dev/submissions_gpu --test-threads 1 2>&1 | tail -5
 timeout 240 .dev/residency_gpu --test-threads 1 2>&1 | tail -14
 passed=0
 failed=0
