@@ -20,7 +20,7 @@
 # (Before 2026-12-06's thirteenth session this counted inside `gpu_replay::replay_once*`
 # over three runs. With `replay_once` inlined into its caller only the allocating closure
 # matched, so frees that parked in the reuse cache went uncounted: it read 1.26x on the
-# decode in pages mode where this reads 1.43x.)
+# decode in pages mode where this reads 1.42x.)
 set -euo pipefail
 binary=$1
 trace=$2
