@@ -976,7 +976,13 @@ fn cli_info_json_lists_adapters_with_limits_and_memory() {
 #[test]
 fn cli_info_names_the_memory_mode_of_each_adapter() {
     let ctx = common::gpu();
-    let out = wgpool(&["info", "--adapter", &ctx.info().name]);
+    // By name and backend: Mesa's Vulkan and GL adapters share the name `llvmpipe (...)`, so
+    // without `WGPU_BACKEND` the name alone would list both.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wgpool"))
+        .args(["info", "--adapter", &ctx.info().name])
+        .env("WGPU_BACKEND", ctx.info().backend.to_str())
+        .output()
+        .expect("run wgpool");
     assert_ok(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     let header = text.find("adapter ").expect("an adapter section");
