@@ -412,9 +412,6 @@ fn binds_and_submissions_from_other_threads_stay_correct() {
     }
 }
 
-/// Maps queued for a shared call (`set_bind_batch`) reach the driver when the batch fills,
-/// before an unmap, and at the next wgpu submission; kernels always find their pages bound.
-/// On a device of its own, so that no other pool's maps join the queue.
 /// A submission of queued maps that fails (made to fail here: no device fails on demand)
 /// fails the wgpu submission that carried it, as an error of that operation, instead of
 /// running work on pages that were not bound. wgpu takes a failed submission as the loss
@@ -464,6 +461,10 @@ fn a_failed_submission_of_queued_maps() {
     assert!(pool.alloc(256 << 10).is_err(), "no block of a lost device");
 }
 
+/// Binds queued for a shared call (`set_bind_batch`) reach the driver when the batch fills,
+/// before an unmap's new signal of the GPU's work, and at the next wgpu submission; kernels
+/// always find their pages bound, and unmaps join the queue. On a device of its own, so
+/// that no other pool's binds join the queue.
 #[test]
 fn queued_maps_are_bound_before_any_work_that_may_use_them() {
     // Work that waits for a bind never submitted waits for ever (on lavapipe's one queue the
@@ -519,35 +520,56 @@ fn queued_maps_are_bound() {
         at_submit + 1,
         "nothing was left queued"
     );
-    // A map queued, then an unmap: the queue goes first, in a call of its own.
+    // A map queued, then an unmap with no work clock: the unmap needs a new signal of the
+    // GPU's work, so the queued map goes first, in a call of its own, and the unmap waits
+    // on the device; the next wgpu submission submits it.
     memory.map(0, &[(20 * RUN, RUN)]).unwrap();
     memory.unmap(0, &[(0, RUN)]).unwrap();
-    assert_eq!(memory.counters().bind_calls, 4);
+    assert_eq!(memory.counters().bind_calls, 3);
+    assert_eq!(memory.counters().unmaps_queued, 1);
+    assert_eq!(memory.counters().unbind_signals, 1);
     fill_and_check(20 * RUN, 20);
-    assert_eq!(sparse.bind_calls_at_submit(), at_submit + 1);
-    // A queued map, and an explicit submission of the queue.
+    assert_eq!(sparse.bind_calls_at_submit(), at_submit + 2);
+    // A queued map of the pages unbound above, and an explicit submission of the queue.
     memory.map(0, &[(0, RUN)]).unwrap();
-    memory.submit_queued_maps().unwrap();
-    assert_eq!(memory.counters().bind_calls, 5);
-    memory.submit_queued_maps().unwrap();
-    assert_eq!(memory.counters().bind_calls, 5, "the queue was empty");
+    memory.submit_queued_binds().unwrap();
+    assert_eq!(memory.counters().bind_calls, 4);
+    memory.submit_queued_binds().unwrap();
+    assert_eq!(memory.counters().bind_calls, 4, "the queue was empty");
     fill_and_check(0, 7);
-    assert_eq!(sparse.bind_calls_at_submit(), at_submit + 1);
+    assert_eq!(sparse.bind_calls_at_submit(), at_submit + 2);
     // With a work clock that shows no work submitted since the last unbind's signal, an
-    // unbind needs no empty submission, and the queued maps go in its own call, as its
-    // first batch.
+    // unbind needs no new signal: unmap, map the same pages again (a batch after the
+    // unmap's, as it touches the same pages) and unmap elsewhere (joining that batch) all
+    // wait on the device, and the next wgpu submission sends them in one call.
     memory.set_work_clock(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)));
     memory.unmap(0, &[(2 * RUN, RUN)]).unwrap();
     let calls = memory.counters().bind_calls;
+    let signals = memory.counters().unbind_signals;
     memory.map(0, &[(2 * RUN, RUN)]).unwrap();
     memory.unmap(0, &[(4 * RUN, RUN)]).unwrap();
+    assert_eq!(memory.counters().bind_calls, calls, "nothing sent yet");
     assert_eq!(
-        memory.counters().bind_calls,
-        calls + 1,
-        "one call, two batches"
+        memory.counters().unbind_signals,
+        signals,
+        "the last signal serves"
     );
+    assert_eq!(memory.counters().unmaps_queued, 3);
     fill_and_check(2 * RUN, 33);
-    assert_eq!(sparse.bind_calls_at_submit(), at_submit + 1);
+    assert_eq!(
+        sparse.bind_calls_at_submit(),
+        at_submit + 3,
+        "one call for the three binds"
+    );
+    fill_and_check(0, 8);
+    for i in [1u64, 3, 5, 6, 7, 8] {
+        fill_and_check(i * 2 * RUN, 40 + i as u32);
+    }
+    assert_eq!(
+        sparse.bind_calls_at_submit(),
+        at_submit + 3,
+        "nothing was left queued"
+    );
 }
 
 /// Through a pool: with the default `page_bind_batch` maps wait for shared calls, with

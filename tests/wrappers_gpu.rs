@@ -293,7 +293,10 @@ fn unbinds_signal_again_only_after_new_work() {
             pool.empty_cache();
         }
         let quiet = pool.device_memory_usage();
-        assert!(quiet.bind_calls >= 10, "{quiet:?}");
+        // Each round unmaps its blocks' range, the unbinds queued (`page_bind_batch`) and
+        // sent before the range's chunk is freed: a call per round at least.
+        assert!(quiet.unmaps_queued >= 5, "{quiet:?}");
+        assert!(quiet.bind_calls >= 5, "{quiet:?}");
         if timing == FreeTiming::AfterSubmit {
             assert!(quiet.unbind_signals <= 1, "{quiet:?}");
         } else {

@@ -113,11 +113,11 @@ impl Backing {
         }
     }
 
-    /// Submits the maps queued on the device (pages mode; see `page_bind_batch`), counted
+    /// Submits the binds queued on the device (pages mode; see `page_bind_batch`), counted
     /// as the pool's bind call.
-    pub fn submit_queued_maps(&mut self) -> Result<(), SourceError> {
+    pub fn submit_queued_binds(&mut self) -> Result<(), SourceError> {
         match &mut self.source {
-            BackingKind::Pages(pages) => Ok(pages.memory_mut().submit_queued_maps()?),
+            BackingKind::Pages(pages) => Ok(pages.memory_mut().submit_queued_binds()?),
             BackingKind::Segments(_) => Ok(()),
         }
     }
@@ -151,6 +151,7 @@ impl Backing {
                     frees: counters.destroyed,
                     bind_calls: 0,
                     maps_queued: 0,
+                    unmaps_queued: 0,
                     wrapper_orderings: 0,
                     unbind_signals: 0,
                     ordering_time: Duration::ZERO,
@@ -179,6 +180,7 @@ impl Backing {
                     frees: counters.chunks.frees,
                     bind_calls: counters.bind_calls,
                     maps_queued: counters.maps_queued,
+                    unmaps_queued: counters.unmaps_queued,
                     wrapper_orderings: source.wrapper_orderings(),
                     unbind_signals: counters.unbind_signals,
                     ordering_time: counters.ordering_time,

@@ -59,13 +59,15 @@ pub struct DeviceMemoryUsage {
     pub allocations: u64,
     /// Device memory given back (segment buffers destroyed, or chunks freed).
     pub frees: u64,
-    /// `vkQueueBindSparse` calls the pool made (0 for segments). Maps queued for a shared
+    /// `vkQueueBindSparse` calls the pool made (0 for segments). Binds queued for a shared
     /// call (`page_bind_batch`) that a wgpu submission sends count on the device instead
     /// ([`SparseDevice::bind_calls_at_submit`](crate::gpu::sparse::SparseDevice::bind_calls_at_submit)).
     pub bind_calls: u64,
-    /// Maps queued for a call shared with other maps instead of one of their own
+    /// Maps queued for a call shared with other binds instead of one of their own
     /// (`page_bind_batch`; 0 for segments).
     pub maps_queued: u64,
+    /// Unmaps (and unbinds of spare pages) queued the same way (0 for segments).
+    pub unmaps_queued: u64,
     /// Times a new block overlapped freed bytes reached through different wrappers, so
     /// that all later GPU work was ordered after all submitted work first (0 for segments;
     /// see the pool's `Block::buffer`).

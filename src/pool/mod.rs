@@ -357,11 +357,11 @@ impl Pool {
         self.shared.lock().memory.usage_report()
     }
 
-    /// Submits the maps queued on the pool's device now (pages mode, `page_bind_batch`)
+    /// Submits the binds queued on the pool's device now (pages mode, `page_bind_batch`)
     /// rather than at the next wgpu submission, counted as the pool's bind call; for
     /// measurements that end with every block bound.
-    pub(crate) fn submit_queued_maps(&self) -> Result<(), crate::engine::SourceError> {
-        self.shared.lock().memory.submit_queued_maps()
+    pub(crate) fn submit_queued_binds(&self) -> Result<(), crate::engine::SourceError> {
+        self.shared.lock().memory.submit_queued_binds()
     }
 
     /// A counter that grows whenever the pool got or gave back device memory;

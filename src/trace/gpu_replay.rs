@@ -194,9 +194,14 @@ pub struct GpuReplayReport {
     pub device_frees: u64,
     /// `vkQueueBindSparse` calls (0 for segments).
     pub bind_calls: u64,
-    /// Maps that waited for a call shared with other maps (`page_bind_batch`; 0 for
+    /// Maps that waited for a call shared with other binds (`page_bind_batch`; 0 for
     /// segments).
     pub maps_queued: u64,
+    /// Unmaps (and unbinds of spare pages) that waited the same way (0 for segments).
+    pub unmaps_queued: u64,
+    /// Empty wgpu submissions that signal the GPU timeline for an unmap to wait for (at most
+    /// one per unmap; none where no work was submitted since the last one; 0 for segments).
+    pub unbind_signals: u64,
     /// Of `driver_time_s`: creating and releasing ranges and their wrappers (0 for
     /// segments).
     pub range_time_s: f64,
@@ -272,10 +277,10 @@ pub enum GpuReplayError {
         #[source]
         source: Box<AllocError>,
     },
-    /// Submitting the maps still queued at the end of a run (`page_bind_batch`) failed:
+    /// Submitting the binds still queued at the end of a run (`page_bind_batch`) failed:
     /// the driver's error.
     #[error("binding the pages mapped at the end of the trace failed: {source}")]
-    QueuedMaps {
+    QueuedBinds {
         /// The page mapping's error.
         #[source]
         source: SourceError,
@@ -383,6 +388,8 @@ pub fn replay_on_gpu(
         device_frees: usage.frees,
         bind_calls: usage.bind_calls,
         maps_queued: usage.maps_queued,
+        unmaps_queued: usage.unmaps_queued,
+        unbind_signals: usage.unbind_signals,
         range_time_s: usage.range_time.as_secs_f64(),
         wrappers_created: usage.wrappers_created,
         segments_created: stats.num_device_alloc,
@@ -477,10 +484,10 @@ fn replay_once(
             }
         }
     }
-    // Maps still queued (`page_bind_batch`) reach the driver within the run: every block the
-    // trace made is bound by its end, as without batching.
-    pool.submit_queued_maps()
-        .map_err(|source| GpuReplayError::QueuedMaps { source })?;
+    // Binds still queued (`page_bind_batch`) reach the driver within the run: every block the
+    // trace made is bound by its end, and every page it freed unbound, as without batching.
+    pool.submit_queued_binds()
+        .map_err(|source| GpuReplayError::QueuedBinds { source })?;
     let elapsed = start.elapsed();
     let after = pool.device_memory_usage();
     drop(slots);

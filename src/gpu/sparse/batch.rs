@@ -1,47 +1,51 @@
-//! Maps queued to reach the driver together: many maps, one `vkQueueBindSparse`.
+//! Binds queued to reach the driver together: many maps and unmaps, one `vkQueueBindSparse`.
 //!
 //! A workload that maps a little at a time (a KV cache growing by a token) makes a bind call
-//! per map. Where binds are ordered on the GPU (timeline semaphores), a map need not reach
-//! the driver before the GPU work that uses it is submitted: pools queue their maps on the
-//! device ([`SparseDevice::queue_map`]) and the queue goes to the driver in one call when it
-//! holds a pool's `bind_batch` maps, before any other bind (an unmap or a reclaim of spare
-//! pages, which must follow the maps queued before them), before the CPU waits for binds (a
-//! range's buffer or a chunk given back), and before every submission wgpu makes on the
-//! device: wgpu's `vkQueueSubmit` goes through the queue's gate (the `gate` module), which
-//! submits the queue first. Work that uses a queued map waits for its bind on the GPU, as
-//! for any map. (On an H100 this took a decode's first run from 265 calls to 148 and about
-//! 10% less time; training, whose driver work goes by pages, gained nothing:
-//! docs/BENCHMARKS.md, calls 32 and 33.)
+//! per map, and one per unmap where it recycles pages. Where binds are ordered on the GPU
+//! (timeline semaphores), neither needs to reach the driver at once: a map only before the
+//! GPU work that uses it is submitted, an unmap only before its memory is freed or its range
+//! destroyed (a later map of the same memory is queued after it, so it is bound after it). So
+//! pools queue their binds on the device ([`SparseDevice::queue_binds`]) and the queue goes to
+//! the driver in one call when it holds a pool's `bind_batch` maps and unmaps, before the CPU
+//! waits for binds (a range's buffer or a chunk given back), and before every submission wgpu
+//! makes on the device: wgpu's `vkQueueSubmit` goes through the queue's gate (the `gate`
+//! module), which submits the queue first. Work that uses a queued map waits for its bind on
+//! the GPU, as for any map; a queued unmap waits, on the GPU, for the work submitted before
+//! it, as any unmap does. (On an H100, queueing maps alone took a decode's first run from 265
+//! calls to 148 and about 10% less time; the unmaps between its maps sent the queue each
+//! time: docs/BENCHMARKS.md, calls 32, 33 and 55.)
 //!
-//! A batch never binds the same pages of a buffer twice, so that nothing relies on an order
-//! among the binds of one batch: a map that touches pages a queued bind touches (an unbind
-//! of spare pages bound by a queued map, say) sends the queue first.
+//! The queue is a list of batches (`VkBindSparseInfo`s of one call, each applied after the
+//! one before it: each waits for the bind timeline value the one before signals). A bind
+//! joins the last batch unless it touches pages of a buffer that the batch already binds or
+//! unbinds: then it starts a new batch, so that no batch binds the same pages of a buffer
+//! twice and nothing relies on an order among the binds of one batch. An unmap's batch also
+//! waits for the GPU timeline value the unmap waits for (the largest of its unmaps').
+//!
+//! No wgpu submission waits for a queued bind that is not submitted first (the gate), and the
+//! GPU timeline values that queued unmaps wait for were all submitted before the unmaps were
+//! queued, so a call of the queue never waits for anything that waits for it.
 
 use ash::vk;
 
 use super::device::SparseDevice;
 use super::error::SparseError;
 
-/// Binds waiting for one `vkQueueBindSparse`, per buffer, in the order they were queued.
+/// The binds into each buffer that one call carries (or one batch of it).
+pub(crate) type BufferBinds = Vec<(vk::Buffer, Vec<vk::SparseMemoryBind>)>;
+
+/// One batch of the queue: binds per buffer, in the order they were queued, and the GPU
+/// timeline value it waits for (its unmaps').
 #[derive(Debug, Default)]
-pub(crate) struct QueuedBinds {
-    buffers: Vec<(vk::Buffer, Vec<vk::SparseMemoryBind>)>,
-    maps: usize,
+struct QueuedBatch {
+    buffers: BufferBinds,
+    after_gpu: Option<u64>,
 }
 
-impl QueuedBinds {
-    /// Whether nothing is queued.
-    pub fn is_empty(&self) -> bool {
-        self.buffers.is_empty()
-    }
-
-    /// Maps queued.
-    pub fn maps(&self) -> usize {
-        self.maps
-    }
-
-    /// Whether any bind of `entries` touches bytes of its buffer that a queued bind touches.
-    pub fn overlaps(&self, entries: &[(vk::Buffer, Vec<vk::SparseMemoryBind>)]) -> bool {
+impl QueuedBatch {
+    /// Whether any bind of `entries` touches bytes of its buffer that a bind of this batch
+    /// touches.
+    fn overlaps(&self, entries: &[(vk::Buffer, Vec<vk::SparseMemoryBind>)]) -> bool {
         entries.iter().any(|(buffer, binds)| {
             self.buffers
                 .iter()
@@ -56,89 +60,126 @@ impl QueuedBinds {
                 })
         })
     }
+}
 
-    /// Queues the binds of one map. The caller checked [`overlaps`](Self::overlaps).
-    pub fn push(&mut self, entries: Vec<(vk::Buffer, Vec<vk::SparseMemoryBind>)>) {
+/// Binds waiting for one `vkQueueBindSparse`: batches in the order they apply.
+#[derive(Debug, Default)]
+pub(crate) struct QueuedBinds {
+    batches: Vec<QueuedBatch>,
+    /// Maps and unmaps queued (each one [`push`](Self::push)).
+    binds: usize,
+}
+
+impl QueuedBinds {
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// Maps and unmaps queued.
+    pub fn binds(&self) -> usize {
+        self.binds
+    }
+
+    /// Batches the queue's call will carry: each signals the next bind timeline value.
+    pub fn batches(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// Queues the binds of one map or unmap (`entries`: binds into each buffer), after GPU
+    /// timeline value `after_gpu` where given (an unmap). Returns the position of the batch
+    /// it joined, from 1: the call signals the bind timeline's last value plus that once the
+    /// binds are applied.
+    pub fn push(&mut self, entries: BufferBinds, after_gpu: Option<u64>) -> usize {
+        if self
+            .batches
+            .last()
+            .is_none_or(|last| last.overlaps(&entries))
+        {
+            self.batches.push(QueuedBatch::default());
+        }
+        let last = self.batches.last_mut().expect("one was pushed");
+        last.after_gpu = last.after_gpu.max(after_gpu);
         for (buffer, binds) in entries {
-            match self
+            match last
                 .buffers
                 .iter_mut()
                 .find(|(queued, _)| *queued == buffer)
             {
                 Some((_, queued)) => queued.extend(binds),
-                None => self.buffers.push((buffer, binds)),
+                None => last.buffers.push((buffer, binds)),
             }
         }
-        self.maps += 1;
+        self.binds += 1;
+        self.batches.len()
     }
 
-    /// The queue as the bind infos of one batch, one per buffer.
-    pub fn infos(&self) -> Vec<vk::SparseBufferMemoryBindInfo<'_>> {
-        self.buffers
+    /// The queue as batches of a call: the bind infos of each (one per buffer) and the GPU
+    /// timeline value it waits for.
+    pub fn infos(&self) -> Vec<(Vec<vk::SparseBufferMemoryBindInfo<'_>>, Option<u64>)> {
+        self.batches
             .iter()
-            .map(|(buffer, binds)| {
-                vk::SparseBufferMemoryBindInfo::default()
-                    .buffer(*buffer)
-                    .binds(binds)
+            .map(|batch| {
+                let infos = batch
+                    .buffers
+                    .iter()
+                    .map(|(buffer, binds)| {
+                        vk::SparseBufferMemoryBindInfo::default()
+                            .buffer(*buffer)
+                            .binds(binds)
+                    })
+                    .collect();
+                (infos, batch.after_gpu)
             })
             .collect()
     }
 }
 
 impl SparseDevice {
-    /// Queues the binds of one map (`entries`: binds into each buffer) for a later
-    /// `vkQueueBindSparse` shared with other maps. Returns the bind timeline value that call
-    /// signals (wgpu work that uses the map must wait for it:
+    /// Queues the binds of one map or unmap (`entries`: binds into each buffer; an unmap
+    /// waits for GPU timeline value `after_gpu`) for a later `vkQueueBindSparse` shared with
+    /// other binds. Returns the bind timeline value that call signals once these binds are
+    /// applied (wgpu work that uses a map must wait for it:
     /// [`Timelines::gpu_waits_for_bind`](super::timeline::Timelines::gpu_waits_for_bind)),
-    /// and the calls made here.
+    /// and the calls made here: the queue is submitted once it holds `batch` maps and unmaps.
+    /// Needs timelines.
     ///
-    /// The queue is submitted first when `entries` touch pages a queued bind touches, and
-    /// after the map joined it when it then holds `batch` maps or more. Needs timelines.
-    ///
-    /// # Errors
-    ///
-    /// The driver's error when the queue could not be submitted before the map joined it:
-    /// the map is not queued (what was queued stays queued). Once the map is queued, it is
-    /// bound by a later call: a failure of the submission after it is left to that call
-    /// (the next wgpu submission on the device, or the next unmap, reports it).
-    pub(crate) fn queue_map(
+    /// Once queued, the binds are submitted by a later call: a failure of the submission here
+    /// is left to that call (the next wgpu submission on the device, the next bind that
+    /// fills the queue, or the next wait for binds reports it).
+    pub(crate) fn queue_binds(
         &self,
-        entries: Vec<(vk::Buffer, Vec<vk::SparseMemoryBind>)>,
+        entries: BufferBinds,
+        after_gpu: Option<u64>,
         batch: usize,
-    ) -> Result<(u64, u64), SparseError> {
+    ) -> (u64, u64) {
         let timelines = self.timelines();
         {
-            // Most maps only join the queue: no need to hold the queue's gate for that.
+            // Most binds only join the queue: no need to hold the queue's gate for that.
             let mut line = timelines.line();
-            if line.queued.maps() + 1 < batch && !line.queued.overlaps(&entries) {
-                line.queued.push(entries);
-                return Ok((line.last + 1, 0));
+            if line.queued.binds() + 1 < batch {
+                let position = line.queued.push(entries, after_gpu);
+                return (line.last + position as u64, 0);
             }
         }
         let _held = self.inner.gate.hold();
         let mut line = timelines.line();
-        let mut calls = 0;
-        if line.queued.overlaps(&entries) {
-            calls += u64::from(self.submit_queued_held(&mut line)?);
-        }
-        line.queued.push(entries);
-        let value = line.last + 1;
-        if line.queued.maps() >= batch && self.submit_queued_held(&mut line).is_ok() {
-            calls += 1;
-        }
-        Ok((value, calls))
+        let position = line.queued.push(entries, after_gpu);
+        let value = line.last + position as u64;
+        let calls = line.queued.binds() >= batch && self.submit_queued_held(&mut line).is_ok();
+        (value, u64::from(calls))
     }
 
-    /// Submits the queued maps now, if any; returns whether there were.
+    /// Submits the queued binds now, if any; returns whether there were.
     ///
     /// # Errors
     ///
-    /// The driver's error; the maps stay queued.
+    /// The driver's error; the binds stay queued.
     pub(crate) fn submit_queued(&self) -> Result<bool, SparseError> {
         self.submit_queued_holding(false)
     }
 
-    /// Submits the queued maps before wgpu submits on `queue_gate`'s queue, whose gate the
+    /// Submits the queued binds before wgpu submits on `queue_gate`'s queue, whose gate the
     /// caller holds (the gate of the bind queue too where both are one); counted in
     /// [`bind_calls_at_submit`](Self::bind_calls_at_submit).
     pub(crate) fn submit_queued_for(
@@ -153,7 +194,7 @@ impl SparseDevice {
         Ok(submitted)
     }
 
-    /// Submits the queued maps, if any, taking the bind queue's gate unless the caller
+    /// Submits the queued binds, if any, taking the bind queue's gate unless the caller
     /// holds it (`gate_held`).
     fn submit_queued_holding(&self, gate_held: bool) -> Result<bool, SparseError> {
         let Some(timelines) = &self.inner.timelines else {
@@ -179,22 +220,34 @@ mod tests {
             .size(size)
     }
 
-    /// Binds of one map queue per buffer, in order; the maps are counted; only bytes of the
-    /// same buffer that a queued bind touches overlap (touching ends do not).
+    /// Binds queue per buffer, in order, in the last batch; the binds are counted; only bytes
+    /// of the same buffer that a bind of the batch touches overlap (touching ends do not).
     #[test]
     fn the_queue_keeps_binds_per_buffer_and_finds_overlaps() {
         let (a, b) = (vk::Buffer::from_raw(1), vk::Buffer::from_raw(2));
         let mut queue = QueuedBinds::default();
         assert!(queue.is_empty());
-        queue.push(vec![(a, vec![bind(0, 4096)]), (b, vec![bind(8192, 4096)])]);
-        queue.push(vec![(a, vec![bind(16384, 8192)])]);
-        assert_eq!(queue.maps(), 2);
+        assert_eq!(
+            queue.push(
+                vec![(a, vec![bind(0, 4096)]), (b, vec![bind(8192, 4096)])],
+                None
+            ),
+            1
+        );
+        assert_eq!(queue.push(vec![(a, vec![bind(16384, 8192)])], None), 1);
+        assert_eq!(queue.binds(), 2);
+        assert_eq!(queue.batches(), 1);
         let infos = queue.infos();
-        assert_eq!(infos.len(), 2, "one info per buffer");
-        assert_eq!(infos[0].buffer, a);
-        assert_eq!(infos[0].bind_count, 2);
-        assert_eq!(infos[1].buffer, b);
-        assert_eq!(infos[1].bind_count, 1);
+        assert_eq!(infos.len(), 1, "one batch");
+        let (batch, after_gpu) = &infos[0];
+        assert_eq!(*after_gpu, None);
+        assert_eq!(batch.len(), 2, "one info per buffer");
+        assert_eq!(batch[0].buffer, a);
+        assert_eq!(batch[0].bind_count, 2);
+        assert_eq!(batch[1].buffer, b);
+        assert_eq!(batch[1].bind_count, 1);
+        drop(infos);
+        let last = queue.batches.last().unwrap();
         for (entries, overlaps) in [
             (vec![(a, vec![bind(4096, 12288)])], false),
             (vec![(a, vec![bind(4095, 1)])], true),
@@ -210,7 +263,42 @@ mod tests {
                 true,
             ),
         ] {
-            assert_eq!(queue.overlaps(&entries), overlaps, "{entries:?}");
+            assert_eq!(last.overlaps(&entries), overlaps, "{entries:?}");
         }
+    }
+
+    /// A bind that touches pages the last batch touches starts a new batch (so no batch binds
+    /// a page twice); a bind that does not joins the last batch, whatever came before it; an
+    /// unmap's wait for the GPU goes to the batch it joins, the largest wait kept.
+    #[test]
+    fn overlapping_binds_start_a_new_batch_and_unmaps_carry_their_wait() {
+        let a = vk::Buffer::from_raw(1);
+        let mut queue = QueuedBinds::default();
+        // Map, then unmap the same pages (a recycled block): two batches.
+        assert_eq!(queue.push(vec![(a, vec![bind(0, 65536)])], None), 1);
+        assert_eq!(queue.push(vec![(a, vec![bind(0, 65536)])], Some(3)), 2);
+        // Elsewhere: joins the unmap's batch; a later unmap raises its wait, an earlier
+        // value does not lower it.
+        assert_eq!(queue.push(vec![(a, vec![bind(65536, 65536)])], None), 2);
+        assert_eq!(
+            queue.push(vec![(a, vec![bind(1 << 20, 65536)])], Some(5)),
+            2
+        );
+        assert_eq!(
+            queue.push(vec![(a, vec![bind(2 << 20, 65536)])], Some(4)),
+            2
+        );
+        // The map of the first pages again: a third batch, with no wait of its own.
+        assert_eq!(queue.push(vec![(a, vec![bind(0, 4096)])], None), 3);
+        assert_eq!(queue.binds(), 6);
+        assert_eq!(queue.batches(), 3);
+        let waits: Vec<Option<u64>> = queue.infos().iter().map(|(_, wait)| *wait).collect();
+        assert_eq!(waits, vec![None, Some(5), None]);
+        let counts: Vec<u32> = queue
+            .infos()
+            .iter()
+            .map(|(infos, _)| infos.iter().map(|info| info.bind_count).sum())
+            .collect();
+        assert_eq!(counts, vec![1, 4, 1]);
     }
 }

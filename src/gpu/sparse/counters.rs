@@ -11,14 +11,17 @@ use super::chunks::ChunkCounters;
 pub struct PagedCounters {
     /// Chunk allocation and freeing.
     pub chunks: ChunkCounters,
-    /// `vkQueueBindSparse` calls this memory made: binds, and submissions of the maps queued
-    /// on the device that it made (when its map filled the batch, before its unmaps and
-    /// reclaims). A wgpu submission that submits queued maps counts on the device
+    /// `vkQueueBindSparse` calls this memory made: binds, and submissions of the binds queued
+    /// on the device that it made (when its bind filled the batch, before an unbind's new
+    /// signal, for [`submit_queued_binds`](super::PagedMemory::submit_queued_binds)). A wgpu
+    /// submission that submits queued binds counts on the device
     /// ([`SparseDevice::bind_calls_at_submit`](super::SparseDevice::bind_calls_at_submit)).
     pub bind_calls: u64,
-    /// Maps queued on the device for a call shared with other maps instead of a call of
+    /// Maps queued on the device for a call shared with other binds instead of a call of
     /// their own (`page_bind_batch`).
     pub maps_queued: u64,
+    /// Unmaps and unbinds of spare pages queued the same way.
+    pub unmaps_queued: u64,
     /// Maps served wholly by spare pages already bound where they were asked for, with no
     /// driver call.
     pub maps_from_spare: u64,

@@ -42,7 +42,7 @@ pub(crate) struct SparseDeviceInner {
     /// Released ranges of every pool whose buffers wait for binds into them: the bind
     /// timeline value to reach, and the buffer. Each keeps its address space until then.
     retiring: Mutex<Vec<(u64, RetiringRange)>>,
-    /// Calls that submitted queued maps for wgpu's submissions.
+    /// Calls that submitted queued binds for wgpu's submissions.
     flushes_at_submit: AtomicU64,
     /// Bind submissions still to fail on purpose ([`SparseDevice::fail_next_bind_submissions`]).
     failing_binds: AtomicU64,
@@ -193,14 +193,14 @@ impl SparseDevice {
 
     /// Submits one batch of buffer binds in a single `vkQueueBindSparse`, ordered after every
     /// earlier bind and, with `after_gpu`, after the GPU timeline reaches that value; the
-    /// maps queued on the device go first, as an earlier batch of the same call. Returns the
+    /// binds queued on the device go first, as earlier batches of the same call. Returns the
     /// bind timeline value the batch signals and the calls made (1). Nothing waits on the
     /// CPU. Needs timelines.
     ///
     /// # Errors
     ///
-    /// The driver's error: then neither the queued maps nor `binds` were submitted (the
-    /// maps stay queued).
+    /// The driver's error: then neither the queued binds nor `binds` were submitted (the
+    /// queued binds stay queued).
     pub(crate) fn bind_ordered(
         &self,
         binds: &[vk::SparseBufferMemoryBindInfo<'_>],
@@ -210,14 +210,18 @@ impl SparseDevice {
         let mut line = self.timelines().line();
         let queued = std::mem::take(&mut line.queued);
         let queued_infos = queued.infos();
-        let mut batches = Vec::with_capacity(2);
-        if !queued.is_empty() {
-            batches.push((queued_infos.as_slice(), None));
-        }
+        let mut batches: Vec<(&[vk::SparseBufferMemoryBindInfo<'_>], Option<u64>)> =
+            Vec::with_capacity(queued_infos.len() + 1);
+        batches.extend(
+            queued_infos
+                .iter()
+                .map(|(infos, wait)| (infos.as_slice(), *wait)),
+        );
         batches.push((binds, after_gpu));
         match self.submit_held(&mut line, &batches) {
             Ok(value) => Ok((value, 1)),
             Err(error) => {
+                drop(batches);
                 drop(queued_infos);
                 line.queued = queued;
                 Err(error)
@@ -225,7 +229,7 @@ impl SparseDevice {
         }
     }
 
-    /// Submits the queued maps, if any, with the bind queue held through its gate and the
+    /// Submits the queued binds, if any, with the bind queue held through its gate and the
     /// bind timeline's state locked (`line`); returns whether there were. On failure they
     /// stay queued.
     pub(crate) fn submit_queued_held(&self, line: &mut BindLine) -> Result<bool, SparseError> {
@@ -233,11 +237,16 @@ impl SparseDevice {
             return Ok(false);
         }
         let queued = std::mem::take(&mut line.queued);
-        let infos = queued.infos();
-        match self.submit_held(line, &[(infos.as_slice(), None)]) {
+        let queued_infos = queued.infos();
+        let batches: Vec<(&[vk::SparseBufferMemoryBindInfo<'_>], Option<u64>)> = queued_infos
+            .iter()
+            .map(|(infos, wait)| (infos.as_slice(), *wait))
+            .collect();
+        match self.submit_held(line, &batches) {
             Ok(_) => Ok(true),
             Err(error) => {
-                drop(infos);
+                drop(batches);
+                drop(queued_infos);
                 line.queued = queued;
                 Err(error)
             }
@@ -308,7 +317,7 @@ impl SparseDevice {
         Ok(line.last)
     }
 
-    /// Counts a submission of queued maps made for a wgpu submission.
+    /// Counts a submission of queued binds made for a wgpu submission.
     pub(crate) fn count_submit_flush(&self) {
         self.inner.flushes_at_submit.fetch_add(1, Ordering::Relaxed);
     }
@@ -320,7 +329,7 @@ impl SparseDevice {
         self.inner.flushes_at_submit.load(Ordering::Relaxed)
     }
 
-    /// Makes the next `count` calls that submit binds ordered on the GPU (queued maps, and
+    /// Makes the next `count` calls that submit binds ordered on the GPU (queued binds, and
     /// maps or unmaps with timelines) fail as the driver's `VK_ERROR_OUT_OF_DEVICE_MEMORY`
     /// would, without calling it: for tests of the paths that handle a failed bind
     /// submission, which no real device produces on demand.
@@ -352,11 +361,11 @@ impl SparseDevice {
     /// applied, then destroys it and gives its address space back, without blocking: checked here
     /// and at every [`retire_applied`](Self::retire_applied).
     pub(crate) fn retire_after_binds(&self, range: RetiringRange) {
-        // Maps queued on the device (none into this range, whose pages were unbound in calls
-        // after them) are counted too: the value their call will signal.
+        // Binds queued on the device (the range's own unbinds among them) are counted too:
+        // the value their call will signal once the last of them is applied.
         let value = self.inner.timelines.as_ref().map_or(0, |t| {
             let line = t.line();
-            line.last + u64::from(!line.queued.is_empty())
+            line.last + line.queued.batches() as u64
         });
         lock(&self.inner.retiring).push((value, range));
         self.retire_applied();
@@ -383,7 +392,7 @@ impl SparseDevice {
         !retiring.is_empty()
     }
 
-    /// Submits the maps queued on the device and blocks until every bind submitted so far
+    /// Submits the binds queued on the device and blocks until every bind submitted so far
     /// has been applied (with timelines; without, every bind was already waited for).
     pub(crate) fn wait_for_binds(&self) -> Result<(), SparseError> {
         self.submit_queued()?;

@@ -9,7 +9,7 @@
 //! calls `vkQueueBindSparse`. Every submission wgpu makes, from any application thread, then
 //! excludes binding and vice versa.
 //!
-//! Every wgpu submission on a device that maps pages also submits the maps pools queued on
+//! Every wgpu submission on a device that maps pages also submits the binds pools queued on
 //! the device first (the `batch` module), so that work waiting for a queued map's bind never
 //! waits for a bind not submitted yet. For that, wgpu's queue goes through a gate on every
 //! such device; where binds have a queue of their own, the two queues have a gate each.
@@ -43,7 +43,7 @@ pub(crate) struct QueueGate {
     queue: vk::Queue,
     lock: Mutex<()>,
     real: RealQueueFns,
-    /// The device whose queued maps a submission on this queue submits first (set once the
+    /// The device whose queued binds a submission on this queue submits first (set once the
     /// device is open; weak, as the device holds its gates).
     sparse: OnceLock<Weak<SparseDeviceInner>>,
 }
@@ -57,12 +57,12 @@ impl QueueGate {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Names the device whose queued maps submissions on this queue submit first.
+    /// Names the device whose queued binds submissions on this queue submit first.
     pub fn attach(&self, sparse: &SparseDevice) {
         let _ = self.sparse.set(Arc::downgrade(&sparse.inner));
     }
 
-    /// Submits the queued maps of the attached device before a submission on this queue;
+    /// Submits the queued binds of the attached device before a submission on this queue;
     /// the caller holds this gate. The driver's error when that failed.
     fn submit_queued_first(self: &Arc<Self>) -> Result<(), vk::Result> {
         let Some(inner) = self.sparse.get().and_then(Weak::upgrade) else {

@@ -21,12 +21,12 @@ use wgpu::hal::api::Vulkan;
 use super::batch::QueuedBinds;
 use super::error::SparseError;
 
-/// The bind timeline's state: what was submitted, and the maps queued for the next call.
+/// The bind timeline's state: what was submitted, and the binds queued for the next call.
 #[derive(Debug, Default)]
 pub(crate) struct BindLine {
     /// The last value a bind was submitted to signal.
     pub last: u64,
-    /// Maps queued for the next call, which signals `last + 1`.
+    /// Binds queued for the next call, whose batches signal `last + 1` on.
     pub queued: QueuedBinds,
 }
 
@@ -34,7 +34,7 @@ pub(crate) struct BindLine {
 pub(crate) struct Timelines {
     /// Signaled by binds, value `n` by the `n`-th.
     pub binds: vk::Semaphore,
-    /// The last value a bind was submitted to signal, and the maps queued. Its value changes
+    /// The last value a bind was submitted to signal, and the binds queued. Its value changes
     /// only while the bind queue is held through its gate; the lock is taken after the gate.
     line: Mutex<BindLine>,
     /// Signaled by empty wgpu submissions, value `n` once all GPU work before the `n`-th

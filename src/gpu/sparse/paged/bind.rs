@@ -33,15 +33,25 @@ impl PagedMemory {
     /// One `vkQueueBindSparse` of `entries` (binds into each named range), ordered with the
     /// GPU: a map before any later wgpu work, an unmap after all earlier wgpu work, a
     /// reclaim of spare pages (which no work used) with neither. With timelines the GPU does
-    /// the waiting; without, the CPU does (a fence, and for an unmap a wait for the GPU
-    /// first).
+    /// the waiting, and with a batch (`bind_batch` above 1) the binds wait on the device for
+    /// a call shared with other binds (the `batch` module); without timelines the CPU waits
+    /// (a fence, and for an unmap a wait for the GPU first).
     pub(super) fn submit_bind_call(
         &mut self,
         entries: &[(u32, Vec<vk::SparseMemoryBind>)],
         kind: BindKind,
     ) -> Result<(), SparseError> {
-        if kind == BindKind::Map && self.bind_batch > 1 && self.sparse.orders_on_gpu() {
-            return self.queue_map(entries);
+        let ordered = self.sparse.orders_on_gpu();
+        let after_gpu = match kind {
+            BindKind::Unmap if ordered => Some(self.unbind_signal()?),
+            BindKind::Unmap => {
+                self.wait_for_gpu();
+                None
+            }
+            BindKind::Map | BindKind::Reclaim => None,
+        };
+        if ordered && self.bind_batch > 1 {
+            return self.queue_binds(entries, kind, after_gpu);
         }
         let mut infos = Vec::with_capacity(entries.len());
         for (id, binds) in entries {
@@ -53,46 +63,8 @@ impl PagedMemory {
             );
         }
         let sparse = self.sparse.clone();
-        let timelines = sparse.inner.timelines.as_ref();
-        let after_gpu = match (kind, timelines) {
-            (BindKind::Unmap, Some(timelines)) => {
-                // Read before any signal: work counted up to here was submitted before it.
-                let clock = self
-                    .work_clock
-                    .as_ref()
-                    .map(|points| points.load(Ordering::SeqCst));
-                match (clock, self.last_unbind_signal) {
-                    // No work was submitted since the last signal: it covers this unbind
-                    // (and the maps queued go in the unbind's own call, as its first batch).
-                    (Some(now), Some((at, value))) if now == at => Some(value),
-                    _ => {
-                        // The empty submission below would submit the queued maps in a
-                        // call of its own: made here, it counts as this memory's. (They
-                        // cannot join the unbind's call: on a queue shared with wgpu, the
-                        // submission would then wait for a bind that waits for it.)
-                        let start = Instant::now();
-                        let queued = sparse.submit_queued();
-                        self.counters.bind_time += start.elapsed();
-                        self.counters.bind_calls += u64::from(queued?);
-                        // The empty submission that marks the work the unbind waits for is
-                        // part of the cost of unbinding.
-                        let start = Instant::now();
-                        let value = timelines.gpu_done(&self.queue);
-                        self.counters.bind_time += start.elapsed();
-                        self.counters.unbind_signals += 1;
-                        self.last_unbind_signal = clock.map(|at| (at, value));
-                        Some(value)
-                    }
-                }
-            }
-            (BindKind::Unmap, None) => {
-                self.wait_for_gpu();
-                None
-            }
-            (BindKind::Map | BindKind::Reclaim, _) => None,
-        };
         let start = Instant::now();
-        let result = match timelines {
+        let result = match sparse.inner.timelines.as_ref() {
             Some(timelines) => sparse
                 .bind_ordered(&infos, after_gpu)
                 .map(|(value, calls)| {
@@ -109,11 +81,45 @@ impl PagedMemory {
         Ok(())
     }
 
-    /// Queues the binds of a map on the device, to reach the driver with other maps in one
-    /// call (`page_bind_batch`); wgpu's next submission waits for them on the GPU.
-    fn queue_map(
+    /// The GPU timeline value an unbind waits for: every wgpu submission made before now
+    /// has finished by then. Where the work clock shows no submission since the last
+    /// unbind's signal, that signal; else a new one (an empty wgpu submission, after the
+    /// binds queued on the device are submitted: made here, their call counts as this
+    /// memory's). Needs timelines.
+    fn unbind_signal(&mut self) -> Result<u64, SparseError> {
+        // Read before any signal: work counted up to here was submitted before it.
+        let clock = self
+            .work_clock
+            .as_ref()
+            .map(|points| points.load(Ordering::SeqCst));
+        if let (Some(now), Some((at, value))) = (clock, self.last_unbind_signal)
+            && now == at
+        {
+            return Ok(value);
+        }
+        let sparse = self.sparse.clone();
+        let start = Instant::now();
+        let queued = sparse.submit_queued();
+        self.counters.bind_time += start.elapsed();
+        self.counters.bind_calls += u64::from(queued?);
+        // The empty submission that marks the work the unbind waits for is part of the cost
+        // of unbinding.
+        let start = Instant::now();
+        let value = sparse.timelines().gpu_done(&self.queue);
+        self.counters.bind_time += start.elapsed();
+        self.counters.unbind_signals += 1;
+        self.last_unbind_signal = clock.map(|at| (at, value));
+        Ok(value)
+    }
+
+    /// Queues `entries` on the device, to reach the driver with other binds in one call
+    /// (`page_bind_batch`); an unmap's binds wait for GPU timeline value `after_gpu`. wgpu's
+    /// next submission waits on the GPU for a map's binds.
+    fn queue_binds(
         &mut self,
         entries: &[(u32, Vec<vk::SparseMemoryBind>)],
+        kind: BindKind,
+        after_gpu: Option<u64>,
     ) -> Result<(), SparseError> {
         let start = Instant::now();
         let mut queued = Vec::with_capacity(entries.len());
@@ -121,14 +127,15 @@ impl PagedMemory {
             queued.push((self.range(*id)?.range.raw(), binds.clone()));
         }
         let sparse = self.sparse.clone();
-        let result = sparse.queue_map(queued, self.bind_batch);
-        if let Ok((value, _)) = result {
+        let (value, calls) = sparse.queue_binds(queued, after_gpu, self.bind_batch);
+        if kind == BindKind::Map {
             sparse.timelines().gpu_waits_for_bind(&self.queue, value);
+            self.counters.maps_queued += 1;
+        } else {
+            self.counters.unmaps_queued += 1;
         }
         self.counters.bind_time += start.elapsed();
-        let (_, calls) = result?;
         self.counters.bind_calls += calls;
-        self.counters.maps_queued += 1;
         Ok(())
     }
 

@@ -32,7 +32,8 @@ struct RangeState {
 /// device memory chunks whose pages are bound into them.
 ///
 /// Guarantees:
-/// - a map is at most one `vkQueueBindSparse`, and work submitted after it returns sees the
+/// - a map is at most one `vkQueueBindSparse` (or a share of one, with
+///   [`set_bind_batch`](Self::set_bind_batch)), and work submitted after it returns sees the
 ///   pages (the GPU waits for the bind, or the CPU did);
 /// - a map may bind *spare* pages right after its end, from memory already in chunks (at
 ///   most a preferred chunk, [`ChunkPolicy`]): a later map there takes them with no driver
@@ -40,9 +41,10 @@ struct RangeState {
 ///   unbinds them in its own call, and [`release_idle`](Self::release_idle) unbinds them
 ///   where they alone keep a chunk from being freed. They count as unmapped, not mapped
 ///   ([`PagedUsage::spare_bytes`]);
-/// - an unmap first waits until every submission made before it has finished on the GPU,
-///   then unbinds in one call; its memory stays in its chunk for reuse until
-///   [`release_idle`](Self::release_idle);
+/// - an unmap unbinds only after every submission made before it has finished on the GPU
+///   (the GPU waits, or the CPU first), in one call or a share of one; its memory stays in
+///   its chunk for reuse until [`release_idle`](Self::release_idle), and a later map of it
+///   is bound after the unbind;
 /// - a failed call changes nothing: a failed allocation is
 ///   [`SparseError::OutOfMemory`], never a panic;
 /// - device memory in chunks and in the reserve never exceeds the limit set with
@@ -191,29 +193,32 @@ impl PagedMemory {
         self.chunks.set_reserve(chunks);
     }
 
-    /// Lets up to `maps` maps wait on the device for one `vkQueueBindSparse` together (1,
-    /// the default here, or 0: every map binds in a call of its own). Only where binds are
-    /// ordered on the GPU ([`SparseDevice::orders_on_gpu`]); elsewhere every map binds and
-    /// waits at once.
+    /// Lets up to `binds` maps and unmaps wait on the device for one `vkQueueBindSparse`
+    /// together (1, the default here, or 0: every bind is a call of its own). Only where
+    /// binds are ordered on the GPU ([`SparseDevice::orders_on_gpu`]); elsewhere every map
+    /// binds and waits at once, and every unmap waits for the GPU and then binds.
     ///
-    /// Guarantees: a queued map is submitted before any wgpu submission on the device
-    /// (wgpu's `vkQueueSubmit` goes through the queue's gate, which submits the queue
-    /// first), before any unmap or reclaim of spare pages (binds stay in order), and before
-    /// the CPU waits for binds (a chunk freed, address space wanted back); work submitted
-    /// after the map returned waits for its bind on the GPU. Should that submission fail,
-    /// the wgpu submission fails with the driver's error instead of running without the
-    /// pages, and the maps stay queued.
-    pub fn set_bind_batch(&mut self, maps: u32) {
-        self.bind_batch = (maps as usize).max(1);
+    /// Guarantees: queued binds are submitted in the order they were made, before any wgpu
+    /// submission on the device (wgpu's `vkQueueSubmit` goes through the queue's gate, which
+    /// submits the queue first), before the CPU waits for binds (a chunk freed, address
+    /// space wanted back, the memory dropped), and once `binds` of them have gathered;
+    /// work submitted after a map returned waits for its bind on the GPU, and a queued unmap
+    /// waits on the GPU for the work submitted before it, as an unmap in a call of its own
+    /// does. Should a submission of the queue fail, the wgpu submission that carried it fails
+    /// with the driver's error instead of running without the pages, and the binds stay
+    /// queued.
+    pub fn set_bind_batch(&mut self, binds: u32) {
+        self.bind_batch = (binds as usize).max(1);
     }
 
-    /// Submits the maps queued on the device now (see [`set_bind_batch`](Self::set_bind_batch)),
-    /// counted as this memory's bind call, instead of at the next wgpu submission.
+    /// Submits the binds queued on the device now (see
+    /// [`set_bind_batch`](Self::set_bind_batch)), counted as this memory's bind call,
+    /// instead of at the next wgpu submission or wait for binds.
     ///
     /// # Errors
     ///
-    /// The driver's error; the maps stay queued.
-    pub fn submit_queued_maps(&mut self) -> Result<(), SparseError> {
+    /// The driver's error; the binds stay queued.
+    pub fn submit_queued_binds(&mut self) -> Result<(), SparseError> {
         let start = Instant::now();
         let submitted = self.sparse.submit_queued();
         self.counters.bind_time += start.elapsed();
@@ -269,6 +274,7 @@ impl PagedMemory {
         if !reserved && retiring {
             // Released ranges (of any pool on the device) hold their address space until
             // the binds into them have been applied.
+            self.submit_queued_binds()?;
             let start = Instant::now();
             let waited = self.sparse.wait_for_binds();
             self.counters.unmap_wait_time += start.elapsed();
@@ -435,7 +441,8 @@ impl PagedMemory {
             let _ = self.reclaim_spare(None);
         }
         if bytes > 0 && self.chunks.has_idle() {
-            // Unbinds of the chunks' pages may still be pending on the GPU.
+            // Unbinds of the chunks' pages may still be queued, or pending on the GPU.
+            let _ = self.submit_queued_binds();
             let start = Instant::now();
             let _ = self.sparse.wait_for_binds();
             self.counters.unmap_wait_time += start.elapsed();
