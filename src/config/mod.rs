@@ -189,8 +189,9 @@ pub struct Config {
     /// on a thread of its own, so that growing normally binds without waiting for the
     /// driver's allocation (`page_reserve_chunks`; 0: none).
     pub page_reserve_chunks: u32,
-    /// Pages mode: maps a pool lets wait on the device for one `vkQueueBindSparse` together,
-    /// where binds are ordered on the GPU (`page_bind_batch`; 1: a call per map).
+    /// Pages mode: maps and unmaps a pool lets wait on the device for one
+    /// `vkQueueBindSparse` together, where binds are ordered on the GPU (`page_bind_batch`;
+    /// 1: a call per map or unmap).
     pub page_bind_batch: u32,
 }
 

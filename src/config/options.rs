@@ -529,15 +529,17 @@ pub const OPTIONS: &[OptionSpec] = &[
         default: "16",
         allowed: "an integer from 1 to 256",
         meaning: "Pages mode only, where binds are ordered on the GPU (Vulkan timeline \
-                  semaphores). Maps wait on the device until this many have gathered, and \
-                  reach the driver in one `vkQueueBindSparse`; a wgpu submission on the \
-                  device, an unmap, or a wait for binds sends them earlier, so work \
+                  semaphores). Maps and unmaps wait on the device until this many have \
+                  gathered, and reach the driver in one `vkQueueBindSparse`; a wgpu \
+                  submission on the device, a wait for binds (memory freed) or an unmap \
+                  that needs a new signal of the GPU's work sends them earlier, so work \
                   submitted after an allocation always finds its pages bound (it waits for \
-                  them on the GPU). It saves calls where a workload maps a little at a \
-                  time: on an H100 a KV-cache decode's first run made 148 calls instead \
-                  of 265 and took about 10% less time, while training, whose driver work \
+                  them on the GPU) and an unmap still waits for the work before it. It \
+                  saves calls where a workload maps and unmaps a little at a time: on an \
+                  H100, queueing maps alone took a KV-cache decode's first run from 265 \
+                  calls to 148 and about 10% less time, while training, whose driver work \
                   goes by pages rather than calls, gained nothing. Memory is unaffected. \
-                  1 binds every map in a call of its own.",
+                  1 binds every map and unmap in a call of its own.",
         apply: |c, v| {
             let n = parse_u64(v.scalar()?)?;
             if !(1..=MAX_BIND_BATCH).contains(&n) {
@@ -550,7 +552,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
 ];
 
-/// The most maps `page_bind_batch` lets wait for one call.
+/// The most binds `page_bind_batch` lets wait for one call.
 const MAX_BIND_BATCH: u64 = 256;
 
 /// The most chunks `page_reserve_chunks` accepts: each holds up to about 0.8% of the
