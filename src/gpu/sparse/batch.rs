@@ -12,8 +12,9 @@
 //! module), which submits the queue first. Work that uses a queued map waits for its bind on
 //! the GPU, as for any map; a queued unmap waits, on the GPU, for the work submitted before
 //! it, as any unmap does. (On an H100, queueing maps alone took a decode's first run from 265
-//! calls to 148 and about 10% less time; the unmaps between its maps sent the queue each
-//! time: docs/BENCHMARKS.md, calls 32, 33 and 55.)
+//! calls to 148 and about 10% less time, the unmaps between its maps sending the queue each
+//! time; queueing the unmaps too took it to 18 calls, and four traces' first runs from 126-294
+//! calls to 15-28: docs/BENCHMARKS.md, calls 32, 33, 55 and 56.)
 //!
 //! The queue is a list of batches (`VkBindSparseInfo`s of one call, each applied after the
 //! one before it: each waits for the bind timeline value the one before signals). A bind
