@@ -122,6 +122,15 @@ impl Backing {
         }
     }
 
+    /// Blocks until every bind submitted on the device has been applied (pages mode; at
+    /// once for segments).
+    pub fn wait_for_binds(&self) -> Result<(), SourceError> {
+        match &self.source {
+            BackingKind::Pages(pages) => Ok(pages.memory().wait_for_binds()?),
+            BackingKind::Segments(_) => Ok(()),
+        }
+    }
+
     /// The pool's mode.
     pub fn mode(&self) -> MemoryMode {
         match &self.source {

@@ -364,6 +364,13 @@ impl Pool {
         self.shared.lock().memory.submit_queued_binds()
     }
 
+    /// Blocks until every bind submitted on the pool's device has been applied on the GPU
+    /// (pages mode; at once in segments mode); for measurements of when mapped memory is
+    /// usable.
+    pub(crate) fn wait_for_binds(&self) -> Result<(), crate::engine::SourceError> {
+        self.shared.lock().memory.wait_for_binds()
+    }
+
     /// A counter that grows whenever the pool got or gave back device memory;
     /// read without the pool's lock, for watchers that query the device only then.
     pub(crate) fn device_memory_changes(&self) -> u64 {

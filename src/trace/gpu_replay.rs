@@ -124,6 +124,11 @@ pub struct GpuReplayRun {
     /// heap queries, in nanoseconds; what an allocation or free costs the caller beyond the
     /// driver.
     pub pool_ns_per_op: f64,
+    /// After `replay_time_s` (not part of it): the wait until every bind the run submitted
+    /// was applied on the GPU (pages mode; 0 for segments). `replay_time_s` plus this is the
+    /// time until all the memory the trace mapped is usable, as fixed segments' is when
+    /// their allocation returns.
+    pub bind_wait_s: f64,
     /// Device memory allocations (segment buffers, or chunks).
     pub device_allocations: u64,
     /// `vkQueueBindSparse` calls (0 for segments).
@@ -277,8 +282,8 @@ pub enum GpuReplayError {
         #[source]
         source: Box<AllocError>,
     },
-    /// Submitting the binds still queued at the end of a run (`page_bind_batch`) failed:
-    /// the driver's error.
+    /// Submitting the binds still queued at the end of a run (`page_bind_batch`), or waiting
+    /// for them, failed: the driver's error.
     #[error("binding the pages mapped at the end of the trace failed: {source}")]
     QueuedBinds {
         /// The page mapping's error.
@@ -489,6 +494,10 @@ fn replay_once(
     pool.submit_queued_binds()
         .map_err(|source| GpuReplayError::QueuedBinds { source })?;
     let elapsed = start.elapsed();
+    let bind_wait = Instant::now();
+    pool.wait_for_binds()
+        .map_err(|source| GpuReplayError::QueuedBinds { source })?;
+    let bind_wait = bind_wait.elapsed();
     let after = pool.device_memory_usage();
     drop(slots);
     let seconds = |d: std::time::Duration| d.as_secs_f64();
@@ -502,6 +511,7 @@ fn replay_once(
         ordering_time_s: seconds(after.ordering_time.saturating_sub(before.ordering_time)),
         heap_query_s: seconds(heap_query),
         pool_ns_per_op: seconds(elapsed.saturating_sub(driver + waits + heap_query)) * 1e9 / ops,
+        bind_wait_s: seconds(bind_wait),
         device_allocations: after.allocations - before.allocations,
         bind_calls: after.bind_calls - before.bind_calls,
         wrapper_orderings: after.wrapper_orderings - before.wrapper_orderings,
@@ -546,6 +556,7 @@ fn median_run(runs: &[GpuReplayRun]) -> Option<GpuReplayRun> {
         unmap_wait_s: f(|r| r.unmap_wait_s),
         ordering_time_s: f(|r| r.ordering_time_s),
         pool_ns_per_op: f(|r| r.pool_ns_per_op),
+        bind_wait_s: f(|r| r.bind_wait_s),
         device_allocations: n(|r| r.device_allocations),
         bind_calls: n(|r| r.bind_calls),
         wrapper_orderings: n(|r| r.wrapper_orderings),
