@@ -322,6 +322,91 @@ fn unmapped_memory_is_reused_and_neighbours_keep_their_data() {
     assert_eq!(memory.counters().chunks.frees, 1);
 }
 
+/// An unmap queued for a shared call (`set_bind_batch`) gives its memory back at once: a map
+/// queued after it reuses that memory with no new chunk, both reach the driver in the next
+/// wgpu submission's call, and every mapped byte, old and new, reads back as written. On a
+/// device of its own, so that no other pool's binds join the queue.
+#[test]
+fn queued_unmaps_hand_their_memory_to_later_maps_and_neighbours_keep_their_data() {
+    common::within(
+        std::time::Duration::from_secs(120),
+        queued_unmaps_hand_their_memory_on,
+    );
+}
+
+fn queued_unmaps_hand_their_memory_on() {
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let sparse = sparse_device(own.device()).unwrap();
+    let kernels = Kernels::new(own.device(), own.queue());
+    let mut memory =
+        PagedMemory::new(own.device(), own.queue(), USAGE, "recycled", small_chunks()).unwrap();
+    memory.set_bind_batch(16);
+    // No work submitted but what this test declares: unbinds share one signal.
+    let clock = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    memory.set_work_clock(clock.clone());
+    memory.reserve_range(0, 8 << 20).unwrap();
+    let buffer = memory.buffer(0).unwrap().clone();
+    let fill = |offset: u64, len: u64, seed: u32| {
+        kernels
+            .run(&KernelCall::fill_pattern(
+                Operand::new(&buffer, offset, len),
+                seed,
+            ))
+            .unwrap();
+    };
+    let check = |offset: u64, len: u64, seed: u32, first_word: u32| {
+        let data = read_region(own.device(), own.queue(), &buffer, offset, len).unwrap();
+        let expected: Vec<u32> = (first_word..first_word + (len / 4) as u32)
+            .map(|i| pattern_word(seed, i))
+            .collect();
+        assert_eq!(words(&data), expected, "{len} bytes at {offset}");
+    };
+    memory.map(0, &[(0, 2 << 20)]).unwrap();
+    fill(0, 2 << 20, 5);
+    clock.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let calls = (memory.counters().bind_calls, sparse.bind_calls_at_submit());
+    // Unmap the middle 1 MiB and map 1 MiB elsewhere: the map takes the unmapped memory.
+    memory.unmap(0, &[(512 << 10, 1 << 20)]).unwrap();
+    memory.map(0, &[(4 << 20, 1 << 20)]).unwrap();
+    assert_eq!(memory.counters().chunks.allocations, 1, "no new chunk");
+    assert_eq!(memory.counters().unmaps_queued, 1);
+    assert_eq!(
+        memory.counters().bind_calls,
+        calls.0,
+        "both wait on the device"
+    );
+    fill(4 << 20, 1 << 20, 9);
+    assert_eq!(
+        sparse.bind_calls_at_submit(),
+        calls.1 + 1,
+        "the fill's submission sent both in one call"
+    );
+    check(0, 512 << 10, 5, 0);
+    check(1536 << 10, 512 << 10, 5, (1536 << 10) / 4);
+    check(4 << 20, 1 << 20, 9, 0);
+    // And back: unmap the new run, map the hole again, in one queue.
+    clock.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    memory.unmap(0, &[(4 << 20, 1 << 20)]).unwrap();
+    memory.map(0, &[(512 << 10, 1 << 20)]).unwrap();
+    assert_eq!(
+        memory.counters().chunks.allocations,
+        1,
+        "still no new chunk"
+    );
+    fill(512 << 10, 1 << 20, 11);
+    check(0, 512 << 10, 5, 0);
+    check(512 << 10, 1 << 20, 11, 0);
+    check(1536 << 10, 512 << 10, 5, (1536 << 10) / 4);
+    assert_eq!(memory.counters().unmaps_queued, 2);
+    memory.release_range(0).unwrap();
+    assert_eq!(
+        memory.release_idle(u64::MAX),
+        2 << 20,
+        "the chunk goes back whole"
+    );
+}
+
 /// wgpu's `vkQueueSubmit` on a device that maps pages is always the gated one: it submits
 /// the maps pools queued first (and where wgpu's queue is the bind queue, it also excludes
 /// the binds).
