@@ -125,7 +125,8 @@ pub struct GpuReplayRun {
     /// driver.
     pub pool_ns_per_op: f64,
     /// After `replay_time_s` (not part of it): the wait until every bind the run submitted
-    /// was applied on the GPU (pages mode; 0 for segments). `replay_time_s` plus this is the
+    /// was applied on the GPU (pages mode; next to nothing for segments, which have no
+    /// binds). `replay_time_s` plus this is the
     /// time until all the memory the trace mapped is usable, as fixed segments' is when
     /// their allocation returns.
     pub bind_wait_s: f64,
