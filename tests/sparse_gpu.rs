@@ -1273,7 +1273,12 @@ fn growth_and_shrinking_while_kernels_run_keep_live_blocks_intact() {
         before.device_bytes,
         after.device_bytes
     );
-    assert!(after.bind_calls > before.bind_calls, "pages were unmapped");
+    // Unbinds bind in calls of the pool's own or wait for a shared call (`page_bind_batch`),
+    // which another test's submission on the shared device may send.
+    assert!(
+        after.bind_calls + after.unmaps_queued > before.bind_calls + before.unmaps_queued,
+        "pages were unmapped"
+    );
     // Grow while they may still run: new pages, written at once.
     let grown: Vec<(Block, Vec<u8>)> = (0..4u32)
         .map(|i| {

@@ -233,7 +233,8 @@ fn eight_threads_of_random_operations_keep_every_byte_and_the_pool_consistent() 
     assert!(device.reserved_bytes.all.peak <= 6 << 20);
     let memory = pool.device_memory_usage();
     assert!(memory.device_bytes_peak <= 6 << 20, "{memory:?}");
-    assert!(memory.bind_calls > 0);
+    // Binds in calls of the pool's own, or queued for calls that submissions sent.
+    assert!(memory.bind_calls + memory.maps_queued + memory.unmaps_queued > 0);
     pool.empty_cache();
     assert_eq!(pool.memory_reserved(), 0);
     assert_eq!(pool.device_memory_usage().device_bytes, 0);
