@@ -207,26 +207,9 @@ impl SparseDevice {
         after_gpu: Option<u64>,
     ) -> Result<(u64, u64), SparseError> {
         let _held = self.inner.gate.hold();
-        let mut line = self.timelines().line();
-        let queued = std::mem::take(&mut line.queued);
-        let queued_infos = queued.infos();
-        let mut batches: Vec<(&[vk::SparseBufferMemoryBindInfo<'_>], Option<u64>)> =
-            Vec::with_capacity(queued_infos.len() + 1);
-        batches.extend(
-            queued_infos
-                .iter()
-                .map(|(infos, wait)| (infos.as_slice(), *wait)),
-        );
-        batches.push((binds, after_gpu));
-        match self.submit_held(&mut line, &batches) {
-            Ok(value) => Ok((value, 1)),
-            Err(error) => {
-                drop(batches);
-                drop(queued_infos);
-                line.queued = queued;
-                Err(error)
-            }
-        }
+        let value =
+            self.submit_queue_and(&mut self.timelines().line(), Some((binds, after_gpu)))?;
+        Ok((value, 1))
     }
 
     /// Submits the queued binds, if any, with the bind queue held through its gate and the
@@ -236,21 +219,32 @@ impl SparseDevice {
         if line.queued.is_empty() {
             return Ok(false);
         }
+        self.submit_queue_and(line, None).map(|_| true)
+    }
+
+    /// One `vkQueueBindSparse` of the queued binds' batches and then `last`, if any (binds
+    /// and the GPU timeline value they wait for); returns the value the call's last batch
+    /// signals. The bind queue is held through its gate and `line` locked. On failure the
+    /// queued binds stay queued.
+    fn submit_queue_and(
+        &self,
+        line: &mut BindLine,
+        last: Option<(&[vk::SparseBufferMemoryBindInfo<'_>], Option<u64>)>,
+    ) -> Result<u64, SparseError> {
         let queued = std::mem::take(&mut line.queued);
         let queued_infos = queued.infos();
         let batches: Vec<(&[vk::SparseBufferMemoryBindInfo<'_>], Option<u64>)> = queued_infos
             .iter()
             .map(|(infos, wait)| (infos.as_slice(), *wait))
+            .chain(last)
             .collect();
-        match self.submit_held(line, &batches) {
-            Ok(_) => Ok(true),
-            Err(error) => {
-                drop(batches);
-                drop(queued_infos);
-                line.queued = queued;
-                Err(error)
-            }
+        let submitted = self.submit_held(line, &batches);
+        if submitted.is_err() {
+            drop(batches);
+            drop(queued_infos);
+            line.queued = queued;
         }
+        submitted
     }
 
     /// One `vkQueueBindSparse` of `batches` (the binds of each, and the GPU timeline value

@@ -97,11 +97,8 @@ impl PagedMemory {
         {
             return Ok(value);
         }
+        self.submit_queued_binds()?;
         let sparse = self.sparse.clone();
-        let start = Instant::now();
-        let queued = sparse.submit_queued();
-        self.counters.bind_time += start.elapsed();
-        self.counters.bind_calls += u64::from(queued?);
         // The empty submission that marks the work the unbind waits for is part of the cost
         // of unbinding.
         let start = Instant::now();
