@@ -407,6 +407,72 @@ fn queued_unmaps_hand_their_memory_on() {
     );
 }
 
+/// An unmap that needs a new signal of the GPU's work submits the queued binds first; when
+/// that submission fails (made to fail here: no device fails on demand), the unmap returns
+/// the driver's error and changes nothing: its pages stay mapped with their bytes, and the
+/// queued map stays queued for the next call. On a device of its own.
+#[test]
+fn an_unmap_whose_queue_submission_fails_changes_nothing() {
+    common::within(
+        std::time::Duration::from_secs(120),
+        an_unmap_whose_queue_submission_fails,
+    );
+}
+
+fn an_unmap_whose_queue_submission_fails() {
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let sparse = sparse_device(own.device()).unwrap();
+    let kernels = Kernels::new(own.device(), own.queue());
+    let mut memory =
+        PagedMemory::new(own.device(), own.queue(), USAGE, "failing", small_chunks()).unwrap();
+    memory.set_bind_batch(16);
+    memory.reserve_range(0, 8 << 20).unwrap();
+    let buffer = memory.buffer(0).unwrap().clone();
+    const RUN: u64 = 256 << 10;
+    memory.map(0, &[(0, RUN)]).unwrap();
+    kernels
+        .run(&KernelCall::fill_pattern(Operand::new(&buffer, 0, RUN), 3))
+        .unwrap();
+    memory.map(0, &[(2 * RUN, RUN)]).unwrap();
+    let before = memory.counters();
+    sparse.fail_next_bind_submissions(1);
+    let error = memory.unmap(0, &[(0, RUN)]).unwrap_err();
+    assert!(
+        error.to_string().to_lowercase().contains("memory"),
+        "the driver's error: {error}"
+    );
+    let after = memory.counters();
+    assert!(memory.is_mapped(0, 0, RUN), "the unmap changed nothing");
+    assert_eq!(after.unmaps_queued, before.unmaps_queued);
+    assert_eq!(
+        after.unbind_signals, before.unbind_signals,
+        "no signal was made"
+    );
+    assert_eq!(
+        after.bind_calls, before.bind_calls,
+        "the failed call bound nothing"
+    );
+    // The queued map is still queued: the next submission binds it, and both runs work.
+    kernels
+        .run(&KernelCall::fill_pattern(
+            Operand::new(&buffer, 2 * RUN, RUN),
+            4,
+        ))
+        .unwrap();
+    for (offset, seed) in [(0, 3u32), (2 * RUN, 4)] {
+        let data = read_region(own.device(), own.queue(), &buffer, offset, RUN).unwrap();
+        let expected: Vec<u32> = (0..(RUN / 4) as u32)
+            .map(|i| pattern_word(seed, i))
+            .collect();
+        assert_eq!(words(&data), expected, "run at {offset}");
+    }
+    // And the unmap works once the driver does.
+    memory.unmap(0, &[(0, RUN)]).unwrap();
+    assert!(!memory.is_mapped(0, 0, RUN));
+    assert_eq!(memory.counters().unmaps_queued, before.unmaps_queued + 1);
+}
+
 /// wgpu's `vkQueueSubmit` on a device that maps pages is always the gated one: it submits
 /// the maps pools queued first (and where wgpu's queue is the bind queue, it also excludes
 /// the binds).
