@@ -723,6 +723,74 @@ fn queued_maps_are_bound() {
     );
 }
 
+/// A map that fills the batch and whose submission of the queue fails still succeeds: its
+/// binds and the queued ones stay queued, and the next call that submits the queue (here the
+/// next full batch) binds them all, so kernels find every page bound.
+#[test]
+fn a_full_batch_whose_submission_fails_stays_queued_for_the_next_call() {
+    common::within(
+        std::time::Duration::from_secs(120),
+        a_full_batch_whose_submission_fails,
+    );
+}
+
+fn a_full_batch_whose_submission_fails() {
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let sparse = sparse_device(own.device()).unwrap();
+    let kernels = Kernels::new(own.device(), own.queue());
+    let mut memory = PagedMemory::new(
+        own.device(),
+        own.queue(),
+        USAGE,
+        "full batch",
+        small_chunks(),
+    )
+    .unwrap();
+    memory.set_bind_batch(4);
+    memory.reserve_range(0, 16 << 20).unwrap();
+    let buffer = memory.buffer(0).unwrap().clone();
+    const RUN: u64 = 256 << 10;
+    for i in 0..3u64 {
+        memory.map(0, &[(i * 2 * RUN, RUN)]).unwrap();
+    }
+    assert_eq!(memory.counters().bind_calls, 0, "three maps wait");
+    sparse.fail_next_bind_submissions(1);
+    memory
+        .map(0, &[(3 * 2 * RUN, RUN)])
+        .expect("a map whose batch fails to submit is still queued");
+    assert_eq!(memory.counters().maps_queued, 4);
+    assert_eq!(
+        memory.counters().bind_calls,
+        0,
+        "the failed call bound nothing"
+    );
+    assert!(memory.is_mapped(0, 3 * 2 * RUN, RUN));
+    // The next map finds five binds queued, at least a batch: one call binds them all.
+    memory.map(0, &[(4 * 2 * RUN, RUN)]).unwrap();
+    assert_eq!(memory.counters().bind_calls, 1, "one call for all five");
+    let at_submit = sparse.bind_calls_at_submit();
+    for i in 0..5u64 {
+        let offset = i * 2 * RUN;
+        kernels
+            .run(&KernelCall::fill_pattern(
+                Operand::new(&buffer, offset, RUN),
+                i as u32,
+            ))
+            .unwrap();
+        let data = read_region(own.device(), own.queue(), &buffer, offset, RUN).unwrap();
+        let expected: Vec<u32> = (0..(RUN / 4) as u32)
+            .map(|w| pattern_word(i as u32, w))
+            .collect();
+        assert_eq!(words(&data), expected, "run {i}");
+    }
+    assert_eq!(
+        sparse.bind_calls_at_submit(),
+        at_submit,
+        "nothing was left queued for the submissions"
+    );
+}
+
 /// Through a pool: with the default `page_bind_batch` maps wait for shared calls, with
 /// `page_bind_batch:1` each binds at once; both take the same device memory and keep every
 /// block's bytes.
