@@ -791,6 +791,56 @@ fn a_full_batch_whose_submission_fails() {
     );
 }
 
+/// Memory dropped while its queued binds cannot be submitted (the flush before the drop's
+/// wgpu submission fails, and so does the drop's own) leaves none of them queued: they name
+/// its buffers and chunks, freed by the drop, and must never reach the driver. Another
+/// memory's queued binds stay, and bind at the next call.
+#[test]
+fn memory_dropped_while_its_binds_cannot_be_submitted_leaves_none_queued() {
+    common::within(
+        std::time::Duration::from_secs(120),
+        memory_dropped_while_its_binds_cannot_be_submitted,
+    );
+}
+
+fn memory_dropped_while_its_binds_cannot_be_submitted() {
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let sparse = sparse_device(own.device()).unwrap();
+    const RUN: u64 = 256 << 10;
+    let queued_memory = |label: &str, runs: u64| {
+        let mut memory =
+            PagedMemory::new(own.device(), own.queue(), USAGE, label, small_chunks()).unwrap();
+        memory.set_bind_batch(16);
+        memory.reserve_range(0, 8 << 20).unwrap();
+        for i in 0..runs {
+            memory.map(0, &[(i * 2 * RUN, RUN)]).unwrap();
+        }
+        memory
+    };
+    let mut kept = queued_memory("kept", 1);
+    let kept_binds = sparse.queued_page_binds();
+    assert!(kept_binds >= 1, "the kept memory's map waits");
+    let dropped = queued_memory("dropped", 2);
+    let queued = sparse.queued_page_binds();
+    assert!(queued > kept_binds, "its two maps wait too");
+    sparse.fail_next_bind_submissions(2);
+    drop(dropped);
+    assert_eq!(
+        sparse.queued_page_binds(),
+        kept_binds,
+        "only the kept memory's binds stay queued"
+    );
+    // wgpu lost the device on its failed submission; the pool's own calls still reach the
+    // driver, and the next one binds what stayed queued.
+    let calls = kept.counters().bind_calls;
+    kept.submit_queued_binds().unwrap();
+    assert_eq!(kept.counters().bind_calls, calls + 1);
+    assert_eq!(sparse.queued_page_binds(), 0);
+    kept.wait_for_binds().unwrap();
+    assert!(kept.is_mapped(0, 0, RUN));
+}
+
 /// Through a pool: with the default `page_bind_batch` maps wait for shared calls, with
 /// `page_bind_batch:1` each binds at once; both take the same device memory and keep every
 /// block's bytes.

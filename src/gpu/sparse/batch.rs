@@ -115,6 +115,27 @@ impl QueuedBinds {
         self.batches.len()
     }
 
+    /// Drops every bind into `buffers` (the ranges of a memory that goes away while its
+    /// binds could not be submitted: they name its buffers and chunks, which must never
+    /// reach the driver once freed). Batches left empty stay: each still signals its bind
+    /// timeline value, which other binds' values and released ranges count on.
+    pub fn forget(&mut self, buffers: &[vk::Buffer]) {
+        for batch in &mut self.batches {
+            batch
+                .buffers
+                .retain(|(buffer, _)| !buffers.contains(buffer));
+        }
+    }
+
+    /// Page binds (one per run of pages: `VkSparseMemoryBind`s) in the queue.
+    pub fn page_binds(&self) -> usize {
+        self.batches
+            .iter()
+            .flat_map(|batch| &batch.buffers)
+            .map(|(_, binds)| binds.len())
+            .sum()
+    }
+
     /// The queue as batches of a call: the bind infos of each (one per buffer) and the GPU
     /// timeline value it waits for.
     pub fn infos(&self) -> Vec<(Vec<vk::SparseBufferMemoryBindInfo<'_>>, Option<u64>)> {
@@ -301,5 +322,37 @@ mod tests {
             .map(|(infos, _)| infos.iter().map(|info| info.bind_count).sum())
             .collect();
         assert_eq!(counts, vec![1, 4, 1]);
+    }
+    /// Forgetting a buffer's binds leaves the other buffers' binds where they were and every
+    /// batch in place (each still signals its value), the emptied ones included.
+    #[test]
+    fn forgetting_a_buffer_keeps_every_batch_and_the_other_binds() {
+        let (a, b) = (vk::Buffer::from_raw(1), vk::Buffer::from_raw(2));
+        let mut queue = QueuedBinds::default();
+        queue.push(
+            vec![(a, vec![bind(0, 4096)]), (b, vec![bind(0, 4096)])],
+            None,
+        );
+        queue.push(vec![(a, vec![bind(0, 4096)])], Some(2));
+        queue.push(
+            vec![
+                (a, vec![bind(0, 4096)]),
+                (b, vec![bind(0, 4096), bind(8192, 4096)]),
+            ],
+            None,
+        );
+        assert_eq!(queue.batches(), 3);
+        assert_eq!(queue.page_binds(), 6);
+        queue.forget(&[a]);
+        assert_eq!(queue.batches(), 3, "every batch stays");
+        assert_eq!(queue.page_binds(), 3);
+        let buffers: Vec<Vec<vk::Buffer>> = queue
+            .infos()
+            .iter()
+            .map(|(infos, _)| infos.iter().map(|info| info.buffer).collect())
+            .collect();
+        assert_eq!(buffers, vec![vec![b], vec![], vec![b]]);
+        let waits: Vec<Option<u64>> = queue.infos().iter().map(|(_, wait)| *wait).collect();
+        assert_eq!(waits, vec![None, Some(2), None], "waits stay");
     }
 }

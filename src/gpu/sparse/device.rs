@@ -323,6 +323,25 @@ impl SparseDevice {
         self.inner.flushes_at_submit.load(Ordering::Relaxed)
     }
 
+    /// Drops the queued binds into `buffers` (see
+    /// [`QueuedBinds::forget`](super::batch::QueuedBinds::forget)); for a memory
+    /// dropped after the submission of the queue failed.
+    pub(crate) fn forget_queued(&self, buffers: &[vk::Buffer]) {
+        if let Some(timelines) = &self.inner.timelines {
+            timelines.line().queued.forget(buffers);
+        }
+    }
+
+    /// Page binds waiting in the device's queue for a shared call (`page_bind_batch`): for
+    /// tests of what stays queued.
+    #[doc(hidden)]
+    pub fn queued_page_binds(&self) -> usize {
+        self.inner
+            .timelines
+            .as_ref()
+            .map_or(0, |timelines| timelines.line().queued.page_binds())
+    }
+
     /// Makes the next `count` calls that submit binds ordered on the GPU (queued binds, and
     /// maps or unmaps with timelines) fail as the driver's `VK_ERROR_OUT_OF_DEVICE_MEMORY`
     /// would, without calling it: for tests of the paths that handle a failed bind

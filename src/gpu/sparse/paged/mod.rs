@@ -549,7 +549,17 @@ impl Drop for PagedMemory {
         // Every block is gone; wait for the work that used them and for pending binds, then
         // give everything back.
         self.wait_for_gpu();
-        let _ = self.sparse.wait_for_binds();
+        if self.sparse.wait_for_binds().is_err() {
+            // The queue could not be submitted: its binds into this memory's ranges would
+            // name buffers and chunks freed below, so they never reach the driver.
+            let buffers: Vec<vk::Buffer> = self
+                .ranges
+                .iter()
+                .flatten()
+                .map(|state| state.range.raw())
+                .collect();
+            self.sparse.forget_queued(&buffers);
+        }
         for state in self.ranges.drain(..).flatten() {
             self.sparse.inner.release_address_space(state.range.size());
         }
