@@ -841,6 +841,55 @@ fn memory_dropped_while_its_binds_cannot_be_submitted() {
     assert!(kept.is_mapped(0, 0, RUN));
 }
 
+/// Idle chunks are not freed while the queue of binds cannot be submitted: a queued map may
+/// still name their memory (mapped, then unmapped, both waiting in the queue). Once the queue
+/// goes to the driver, the next release frees them.
+#[test]
+fn idle_chunks_stay_while_queued_binds_that_name_them_cannot_be_submitted() {
+    common::within(
+        std::time::Duration::from_secs(120),
+        idle_chunks_stay_while_queued_binds_cannot_be_submitted,
+    );
+}
+
+fn idle_chunks_stay_while_queued_binds_cannot_be_submitted() {
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let sparse = sparse_device(own.device()).unwrap();
+    let mut memory =
+        PagedMemory::new(own.device(), own.queue(), USAGE, "idle", small_chunks()).unwrap();
+    memory.set_bind_batch(16);
+    memory.reserve_range(0, 8 << 20).unwrap();
+    const RUN: u64 = 1 << 20;
+    // The first unbind makes a signal of the GPU's work; with a work clock that shows no
+    // work since, later unbinds wait in the queue beside the maps.
+    memory.set_work_clock(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)));
+    memory.map(0, &[(0, RUN)]).unwrap();
+    memory.unmap(0, &[(0, RUN)]).unwrap();
+    memory.submit_queued_binds().unwrap();
+    let signals = memory.counters().unbind_signals;
+    memory.map(0, &[(2 * RUN, RUN)]).unwrap();
+    memory.unmap(0, &[(2 * RUN, RUN)]).unwrap();
+    assert_eq!(memory.counters().unbind_signals, signals, "no new signal");
+    assert!(
+        sparse.queued_page_binds() >= 2,
+        "the map and its unmap wait"
+    );
+    let device_bytes = memory.usage().device_bytes;
+    assert!(device_bytes > 0);
+    sparse.fail_next_bind_submissions(1);
+    assert_eq!(memory.release_idle(u64::MAX), 0, "nothing is freed");
+    assert_eq!(memory.usage().device_bytes, device_bytes);
+    assert!(sparse.queued_page_binds() >= 2, "the binds stay queued");
+    let freed = memory.release_idle(u64::MAX);
+    assert_eq!(sparse.queued_page_binds(), 0);
+    assert!(
+        freed > 0,
+        "the idle chunks go once the queue went to the driver"
+    );
+    assert_eq!(memory.usage().device_bytes, device_bytes - freed);
+}
+
 /// Through a pool: with the default `page_bind_batch` maps wait for shared calls, with
 /// `page_bind_batch:1` each binds at once; both take the same device memory and keep every
 /// block's bytes.

@@ -441,11 +441,18 @@ impl PagedMemory {
             let _ = self.reclaim_spare(None);
         }
         if bytes > 0 && self.chunks.has_idle() {
-            // Unbinds of the chunks' pages may still be queued, or pending on the GPU.
-            let _ = self.submit_queued_binds();
+            // Binds of the chunks' pages (unbinds, and maps the unbinds undo) may still be
+            // queued, or pending on the GPU. Where they cannot be sent, nothing is freed: a
+            // queued map would name freed memory.
+            if self.submit_queued_binds().is_err() {
+                return 0;
+            }
             let start = Instant::now();
-            let _ = self.sparse.wait_for_binds();
+            let waited = self.sparse.wait_for_binds();
             self.counters.unmap_wait_time += start.elapsed();
+            if waited.is_err() {
+                return 0;
+            }
             // Every bind is applied now: released ranges' buffers can go too.
             let start = Instant::now();
             self.sparse.retire_applied();
