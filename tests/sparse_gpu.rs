@@ -841,6 +841,48 @@ fn memory_dropped_while_its_binds_cannot_be_submitted() {
     assert!(kept.is_mapped(0, 0, RUN));
 }
 
+/// `replay --gpu` whose binds still queued at the end of a run cannot be submitted stops
+/// with the driver's error (the CLI exits 1) instead of reporting a run whose memory was
+/// never bound; the device is still usable after it.
+#[test]
+fn a_replay_whose_last_binds_cannot_be_submitted_reports_the_drivers_error() {
+    common::within(
+        std::time::Duration::from_secs(120),
+        a_replay_whose_last_binds_cannot_be_submitted,
+    );
+}
+
+fn a_replay_whose_last_binds_cannot_be_submitted() {
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    use wgpool::trace::{GpuReplayError, GpuReplayOptions, parse_trace, replay_on_gpu};
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let sparse = sparse_device(own.device()).unwrap();
+    // Two maps: fewer than a batch, so they wait until the end of the run.
+    let trace = parse_trace("alloc,1,4096,0\nalloc,2,3000000,0\nfree,1,4096,0\nfree,2,3000000,0\n")
+        .unwrap();
+    let options = GpuReplayOptions::default();
+    sparse.fail_next_bind_submissions(1);
+    match replay_on_gpu(&trace, &Config::default(), &own, &options) {
+        Err(error @ GpuReplayError::QueuedBinds { .. }) => {
+            let message = error.to_string();
+            assert!(
+                message.contains("binding the pages mapped at the end of the trace failed")
+                    && message.to_lowercase().contains("memory"),
+                "{message}"
+            );
+        }
+        Err(other) => panic!("the replay failed otherwise: {other}"),
+        Ok(report) => panic!("a replay whose binds failed reported {} ops", report.ops),
+    }
+    assert_eq!(sparse.queued_page_binds(), 0, "the dropped pool left none");
+    let report = replay_on_gpu(&trace, &Config::default(), &own, &options).unwrap();
+    assert_eq!(report.num_ooms, 0, "the next replay works");
+    assert!(
+        report.runs[0].bind_calls >= 1,
+        "its maps were bound by the end of the run"
+    );
+}
+
 /// Idle chunks are not freed while the queue of binds cannot be submitted: a queued map may
 /// still name their memory (mapped, then unmapped, both waiting in the queue). Once the queue
 /// goes to the driver, the next release frees them.
