@@ -221,7 +221,8 @@ pub struct GpuReplayReport {
     pub num_alloc_retries: u64,
     /// Allocations that failed with out-of-memory.
     pub num_ooms: u64,
-    /// Wall time of the first replay, pool creation included.
+    /// Wall time of the first replay, pool creation included, up to the point where every
+    /// bind it submitted was applied (the first run's `bind_wait_s` included).
     pub wall_time_s: f64,
     /// The first run's pool time per operation: the pool's time per operation
     /// outside driver calls and GPU waits.
