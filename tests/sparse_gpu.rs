@@ -841,6 +841,47 @@ fn memory_dropped_while_its_binds_cannot_be_submitted() {
     assert!(kept.is_mapped(0, 0, RUN));
 }
 
+/// The same for a released range: its buffer stays until the binds before its release are
+/// applied, but a queued map into it names the dropped memory's chunk, so the map goes and
+/// only the unbind after it stays queued.
+#[test]
+fn a_dropped_memorys_maps_into_its_released_ranges_leave_the_queue_too() {
+    common::within(
+        std::time::Duration::from_secs(120),
+        a_dropped_memorys_maps_into_its_released_ranges,
+    );
+}
+
+fn a_dropped_memorys_maps_into_its_released_ranges() {
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let sparse = sparse_device(own.device()).unwrap();
+    let mut memory =
+        PagedMemory::new(own.device(), own.queue(), USAGE, "released", small_chunks()).unwrap();
+    memory.set_bind_batch(16);
+    // No work since the first unbind's signal: later unbinds wait in the queue.
+    memory.set_work_clock(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)));
+    memory.reserve_range(0, 8 << 20).unwrap();
+    memory.reserve_range(1, 8 << 20).unwrap();
+    const RUN: u64 = 256 << 10;
+    memory.map(0, &[(0, RUN)]).unwrap();
+    memory.unmap(0, &[(0, RUN)]).unwrap();
+    memory.submit_queued_binds().unwrap();
+    assert_eq!(sparse.queued_page_binds(), 0);
+    // One chunk's pages mapped into range 1 and unmapped, both queued; then the range goes.
+    memory.map(1, &[(0, RUN)]).unwrap();
+    memory.unmap(1, &[(0, RUN)]).unwrap();
+    memory.release_range(1).unwrap();
+    assert_eq!(sparse.queued_page_binds(), 2, "the map and the unbind wait");
+    sparse.fail_next_bind_submissions(2);
+    drop(memory);
+    assert_eq!(
+        sparse.queued_page_binds(),
+        1,
+        "the map of the freed chunk went; the unbind stays"
+    );
+}
+
 /// `replay --gpu` whose binds still queued at the end of a run cannot be submitted stops
 /// with the driver's error (the CLI exits 1) instead of reporting a run whose memory was
 /// never bound; the device is still usable after it.

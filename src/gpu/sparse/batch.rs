@@ -115,15 +115,18 @@ impl QueuedBinds {
         self.batches.len()
     }
 
-    /// Drops every bind into `buffers` (the ranges of a memory that goes away while its
-    /// binds could not be submitted: they name its buffers and chunks, which must never
-    /// reach the driver once freed). Batches left empty stay: each still signals its bind
-    /// timeline value, which other binds' values and released ranges count on.
-    pub fn forget(&mut self, buffers: &[vk::Buffer]) {
+    /// Drops every bind into `buffers` and every bind of `memories` into any buffer (the
+    /// ranges and chunks of a memory that goes away while its binds could not be submitted:
+    /// they must never reach the driver once freed; unbinds into its released ranges,
+    /// whose buffers are kept until the binds before them are applied, stay). Batches left
+    /// empty stay: each still signals its bind timeline value, which other binds' values
+    /// and released ranges count on.
+    pub fn forget(&mut self, buffers: &[vk::Buffer], memories: &[vk::DeviceMemory]) {
         for batch in &mut self.batches {
-            batch
-                .buffers
-                .retain(|(buffer, _)| !buffers.contains(buffer));
+            batch.buffers.retain_mut(|(buffer, binds)| {
+                binds.retain(|bind| !memories.contains(&bind.memory));
+                !buffers.contains(buffer) && !binds.is_empty()
+            });
         }
     }
 
@@ -323,6 +326,7 @@ mod tests {
             .collect();
         assert_eq!(counts, vec![1, 4, 1]);
     }
+
     /// Forgetting a buffer's binds leaves the other buffers' binds where they were and every
     /// batch in place (each still signals its value), the emptied ones included.
     #[test]
@@ -343,16 +347,31 @@ mod tests {
         );
         assert_eq!(queue.batches(), 3);
         assert_eq!(queue.page_binds(), 6);
-        queue.forget(&[a]);
+        // Into a third buffer: a bind of a forgotten memory (a map), and an unbind.
+        let (c, memory) = (vk::Buffer::from_raw(3), vk::DeviceMemory::from_raw(7));
+        queue.push(
+            vec![(c, vec![bind(0, 4096).memory(memory), bind(4096, 4096)])],
+            None,
+        );
+        assert_eq!(queue.page_binds(), 8);
+        queue.forget(&[a], &[memory]);
         assert_eq!(queue.batches(), 3, "every batch stays");
-        assert_eq!(queue.page_binds(), 3);
+        assert_eq!(queue.page_binds(), 4);
         let buffers: Vec<Vec<vk::Buffer>> = queue
             .infos()
             .iter()
             .map(|(infos, _)| infos.iter().map(|info| info.buffer).collect())
             .collect();
-        assert_eq!(buffers, vec![vec![b], vec![], vec![b]]);
+        assert_eq!(buffers, vec![vec![b], vec![], vec![b, c]]);
         let waits: Vec<Option<u64>> = queue.infos().iter().map(|(_, wait)| *wait).collect();
         assert_eq!(waits, vec![None, Some(2), None], "waits stay");
+        // A buffer whose binds all go leaves no empty entry (Vulkan wants at least one bind).
+        queue.forget(&[], &[vk::DeviceMemory::null()]);
+        let counts: Vec<Vec<u32>> = queue
+            .infos()
+            .iter()
+            .map(|(infos, _)| infos.iter().map(|info| info.bind_count).collect())
+            .collect();
+        assert_eq!(counts, vec![Vec::<u32>::new(); 3]);
     }
 }

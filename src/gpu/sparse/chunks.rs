@@ -337,6 +337,11 @@ impl Chunks {
         self.chunks.iter().flatten().count()
     }
 
+    /// The memory of every live chunk.
+    pub fn memories(&self) -> Vec<vk::DeviceMemory> {
+        self.chunks.iter().flatten().map(|c| c.memory).collect()
+    }
+
     /// The memory of chunk `chunk`.
     pub fn memory(&self, chunk: u32) -> vk::DeviceMemory {
         self.chunks[chunk as usize]

@@ -323,12 +323,12 @@ impl SparseDevice {
         self.inner.flushes_at_submit.load(Ordering::Relaxed)
     }
 
-    /// Drops the queued binds into `buffers` (see
+    /// Drops the queued binds into `buffers` and of `memories` (see
     /// [`QueuedBinds::forget`](super::batch::QueuedBinds::forget)); for a memory
     /// dropped after the submission of the queue failed.
-    pub(crate) fn forget_queued(&self, buffers: &[vk::Buffer]) {
+    pub(crate) fn forget_queued(&self, buffers: &[vk::Buffer], memories: &[vk::DeviceMemory]) {
         if let Some(timelines) = &self.inner.timelines {
-            timelines.line().queued.forget(buffers);
+            timelines.line().queued.forget(buffers, memories);
         }
     }
 
@@ -407,12 +407,19 @@ impl SparseDevice {
 
     /// Submits the binds queued on the device and blocks until every bind submitted so far
     /// has been applied (with timelines; without, every bind was already waited for).
+    ///
+    /// # Errors
+    ///
+    /// The driver's error. Where the submission of the queue failed, the binds submitted
+    /// before it were still waited for (the queued ones stay queued), so that memory and
+    /// buffers they name may go once nothing queued names them.
     pub(crate) fn wait_for_binds(&self) -> Result<(), SparseError> {
-        self.submit_queued()?;
-        match &self.inner.timelines {
+        let submitted = self.submit_queued();
+        let waited = match &self.inner.timelines {
             Some(timelines) => timelines.wait_for_bind(&self.inner.raw, self.last_bind()),
             None => Ok(()),
-        }
+        };
+        submitted.and(waited)
     }
 
     /// Submits one batch of buffer binds in a single `vkQueueBindSparse` and waits until the

@@ -557,15 +557,16 @@ impl Drop for PagedMemory {
         // give everything back.
         self.wait_for_gpu();
         if self.sparse.wait_for_binds().is_err() {
-            // The queue could not be submitted: its binds into this memory's ranges would
-            // name buffers and chunks freed below, so they never reach the driver.
+            // The queue could not be submitted: its binds into this memory's ranges, and of
+            // its chunks into any range (a released one among them), would name buffers and
+            // memory freed below, so they never reach the driver.
             let buffers: Vec<vk::Buffer> = self
                 .ranges
                 .iter()
                 .flatten()
                 .map(|state| state.range.raw())
                 .collect();
-            self.sparse.forget_queued(&buffers);
+            self.sparse.forget_queued(&buffers, &self.chunks.memories());
         }
         for state in self.ranges.drain(..).flatten() {
             self.sparse.inner.release_address_space(state.range.size());
