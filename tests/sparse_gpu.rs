@@ -841,6 +841,22 @@ fn memory_dropped_while_its_binds_cannot_be_submitted() {
     assert!(kept.is_mapped(0, 0, RUN));
 }
 
+/// Paged memory on `own`'s device whose maps and unmaps all wait in the device's queue (a
+/// batch of 16, and a work clock that shows no work since the first unbind's signal, made
+/// here), with range 0 of 8 MiB reserved.
+fn queueing_memory(own: &wgpool::gpu::GpuContext, label: &str) -> PagedMemory {
+    let mut memory =
+        PagedMemory::new(own.device(), own.queue(), USAGE, label, small_chunks()).unwrap();
+    memory.set_bind_batch(16);
+    memory.set_work_clock(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)));
+    memory.reserve_range(0, 8 << 20).unwrap();
+    const RUN: u64 = 256 << 10;
+    memory.map(0, &[(0, RUN)]).unwrap();
+    memory.unmap(0, &[(0, RUN)]).unwrap();
+    memory.submit_queued_binds().unwrap();
+    memory
+}
+
 /// The same for a released range: its buffer stays until the binds before its release are
 /// applied, but a queued map into it names the dropped memory's chunk, so the map goes and
 /// only the unbind after it stays queued.
@@ -856,17 +872,9 @@ fn a_dropped_memorys_maps_into_its_released_ranges() {
     use wgpool::gpu::{GpuContext, HeadlessOptions};
     let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
     let sparse = sparse_device(own.device()).unwrap();
-    let mut memory =
-        PagedMemory::new(own.device(), own.queue(), USAGE, "released", small_chunks()).unwrap();
-    memory.set_bind_batch(16);
-    // No work since the first unbind's signal: later unbinds wait in the queue.
-    memory.set_work_clock(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)));
-    memory.reserve_range(0, 8 << 20).unwrap();
+    let mut memory = queueing_memory(&own, "released");
     memory.reserve_range(1, 8 << 20).unwrap();
     const RUN: u64 = 256 << 10;
-    memory.map(0, &[(0, RUN)]).unwrap();
-    memory.unmap(0, &[(0, RUN)]).unwrap();
-    memory.submit_queued_binds().unwrap();
     assert_eq!(sparse.queued_page_binds(), 0);
     // One chunk's pages mapped into range 1 and unmapped, both queued; then the range goes.
     memory.map(1, &[(0, RUN)]).unwrap();
@@ -939,17 +947,8 @@ fn idle_chunks_stay_while_queued_binds_cannot_be_submitted() {
     use wgpool::gpu::{GpuContext, HeadlessOptions};
     let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
     let sparse = sparse_device(own.device()).unwrap();
-    let mut memory =
-        PagedMemory::new(own.device(), own.queue(), USAGE, "idle", small_chunks()).unwrap();
-    memory.set_bind_batch(16);
-    memory.reserve_range(0, 8 << 20).unwrap();
+    let mut memory = queueing_memory(&own, "idle");
     const RUN: u64 = 1 << 20;
-    // The first unbind makes a signal of the GPU's work; with a work clock that shows no
-    // work since, later unbinds wait in the queue beside the maps.
-    memory.set_work_clock(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)));
-    memory.map(0, &[(0, RUN)]).unwrap();
-    memory.unmap(0, &[(0, RUN)]).unwrap();
-    memory.submit_queued_binds().unwrap();
     let signals = memory.counters().unbind_signals;
     memory.map(0, &[(2 * RUN, RUN)]).unwrap();
     memory.unmap(0, &[(2 * RUN, RUN)]).unwrap();
