@@ -857,9 +857,10 @@ fn queueing_memory(own: &wgpool::gpu::GpuContext, label: &str) -> PagedMemory {
     memory
 }
 
-/// The same for a released range: its buffer stays until the binds before its release are
-/// applied, but a queued map into it names the dropped memory's chunk, so the map goes and
-/// only the unbind after it stays queued.
+/// Memory dropped while its queued binds cannot be submitted, with a released range: the
+/// range's buffer stays until the binds before its release are applied, but a queued map
+/// into it names the dropped memory's chunk, so the map leaves the queue and only the
+/// unbind after it stays.
 #[test]
 fn a_dropped_memorys_maps_into_its_released_ranges_leave_the_queue_too() {
     common::within(
