@@ -274,14 +274,7 @@ impl PagedMemory {
         if !reserved && retiring {
             // Released ranges (of any pool on the device) hold their address space until
             // the binds into them have been applied.
-            self.submit_queued_binds()?;
-            let start = Instant::now();
-            let waited = self.sparse.wait_for_binds();
-            self.counters.unmap_wait_time += start.elapsed();
-            waited?;
-            let start = Instant::now();
-            self.sparse.retire_applied();
-            self.counters.range_time += start.elapsed();
+            self.apply_all_binds()?;
             reserved = self.sparse.inner.reserve_address_space(size);
         }
         if !reserved {
@@ -444,21 +437,30 @@ impl PagedMemory {
             // Binds of the chunks' pages (unbinds, and maps the unbinds undo) may still be
             // queued, or pending on the GPU. Where they cannot be sent, nothing is freed: a
             // queued map would name freed memory.
-            if self.submit_queued_binds().is_err() {
+            if self.apply_all_binds().is_err() {
                 return 0;
             }
-            let start = Instant::now();
-            let waited = self.sparse.wait_for_binds();
-            self.counters.unmap_wait_time += start.elapsed();
-            if waited.is_err() {
-                return 0;
-            }
-            // Every bind is applied now: released ranges' buffers can go too.
-            let start = Instant::now();
-            self.sparse.retire_applied();
-            self.counters.range_time += start.elapsed();
         }
         self.chunks.release_idle(&self.sparse, bytes)
+    }
+
+    /// Sends the binds queued on the device (counted as this pool's call), waits until every
+    /// bind submitted so far has been applied, and lets released ranges' buffers go (their
+    /// binds are applied now).
+    ///
+    /// # Errors
+    ///
+    /// The driver's error, from the submission or the wait; released ranges stay then.
+    fn apply_all_binds(&mut self) -> Result<(), SparseError> {
+        self.submit_queued_binds()?;
+        let start = Instant::now();
+        let waited = self.sparse.wait_for_binds();
+        self.counters.unmap_wait_time += start.elapsed();
+        waited?;
+        let start = Instant::now();
+        self.sparse.retire_applied();
+        self.counters.range_time += start.elapsed();
+        Ok(())
     }
 
     /// The peak of device memory in chunks.
