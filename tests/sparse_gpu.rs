@@ -28,6 +28,18 @@ const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
 
 /// Small chunks, so that a few MiB already span several chunks and a bind has many entries;
 /// a map larger than a chunk gets one chunk of its size.
+/// A device of the test's own (so that no other test's binds join its queue) and its
+/// page-mapping side.
+fn own_sparse_device() -> (
+    common::Own<wgpool::gpu::GpuContext>,
+    wgpool::gpu::sparse::SparseDevice,
+) {
+    use wgpool::gpu::{GpuContext, HeadlessOptions};
+    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
+    let sparse = sparse_device(own.device()).unwrap();
+    (own, sparse)
+}
+
 fn small_chunks() -> ChunkPolicy {
     ChunkPolicy::default()
         .with_min_chunk(256 << 10)
@@ -335,9 +347,7 @@ fn queued_unmaps_hand_their_memory_to_later_maps_and_neighbours_keep_their_data(
 }
 
 fn queued_unmaps_hand_their_memory_on() {
-    use wgpool::gpu::{GpuContext, HeadlessOptions};
-    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
-    let sparse = sparse_device(own.device()).unwrap();
+    let (own, sparse) = own_sparse_device();
     let kernels = Kernels::new(own.device(), own.queue());
     let mut memory =
         PagedMemory::new(own.device(), own.queue(), USAGE, "recycled", small_chunks()).unwrap();
@@ -420,9 +430,7 @@ fn an_unmap_whose_queue_submission_fails_changes_nothing() {
 }
 
 fn an_unmap_whose_queue_submission_fails() {
-    use wgpool::gpu::{GpuContext, HeadlessOptions};
-    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
-    let sparse = sparse_device(own.device()).unwrap();
+    let (own, sparse) = own_sparse_device();
     let kernels = Kernels::new(own.device(), own.queue());
     let mut memory =
         PagedMemory::new(own.device(), own.queue(), USAGE, "failing", small_chunks()).unwrap();
@@ -576,9 +584,7 @@ fn a_failed_submission_of_queued_maps_fails_the_work_that_carried_it() {
 }
 
 fn a_failed_submission_of_queued_maps() {
-    use wgpool::gpu::{GpuContext, HeadlessOptions};
-    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
-    let sparse = sparse_device(own.device()).unwrap();
+    let (own, sparse) = own_sparse_device();
     assert!(
         sparse.orders_on_gpu(),
         "maps are queued only where binds are ordered on the GPU"
@@ -624,9 +630,7 @@ fn queued_maps_are_bound_before_any_work_that_may_use_them() {
 }
 
 fn queued_maps_are_bound() {
-    use wgpool::gpu::{GpuContext, HeadlessOptions};
-    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
-    let sparse = sparse_device(own.device()).unwrap();
+    let (own, sparse) = own_sparse_device();
     let kernels = Kernels::new(own.device(), own.queue());
     let mut memory =
         PagedMemory::new(own.device(), own.queue(), USAGE, "batched", small_chunks()).unwrap();
@@ -735,9 +739,7 @@ fn a_full_batch_whose_submission_fails_stays_queued_for_the_next_call() {
 }
 
 fn a_full_batch_whose_submission_fails() {
-    use wgpool::gpu::{GpuContext, HeadlessOptions};
-    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
-    let sparse = sparse_device(own.device()).unwrap();
+    let (own, sparse) = own_sparse_device();
     let kernels = Kernels::new(own.device(), own.queue());
     let mut memory = PagedMemory::new(
         own.device(),
@@ -804,9 +806,7 @@ fn memory_dropped_while_its_binds_cannot_be_submitted_leaves_none_queued() {
 }
 
 fn memory_dropped_while_its_binds_cannot_be_submitted() {
-    use wgpool::gpu::{GpuContext, HeadlessOptions};
-    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
-    let sparse = sparse_device(own.device()).unwrap();
+    let (own, sparse) = own_sparse_device();
     const RUN: u64 = 256 << 10;
     let queued_memory = |label: &str, runs: u64| {
         let mut memory =
@@ -870,9 +870,7 @@ fn a_dropped_memorys_maps_into_its_released_ranges_leave_the_queue_too() {
 }
 
 fn a_dropped_memorys_maps_into_its_released_ranges() {
-    use wgpool::gpu::{GpuContext, HeadlessOptions};
-    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
-    let sparse = sparse_device(own.device()).unwrap();
+    let (own, sparse) = own_sparse_device();
     let mut memory = queueing_memory(&own, "released");
     memory.reserve_range(1, 8 << 20).unwrap();
     const RUN: u64 = 256 << 10;
@@ -945,9 +943,7 @@ fn idle_chunks_stay_while_queued_binds_that_name_them_cannot_be_submitted() {
 }
 
 fn idle_chunks_stay_while_queued_binds_cannot_be_submitted() {
-    use wgpool::gpu::{GpuContext, HeadlessOptions};
-    let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
-    let sparse = sparse_device(own.device()).unwrap();
+    let (own, sparse) = own_sparse_device();
     let mut memory = queueing_memory(&own, "idle");
     const RUN: u64 = 1 << 20;
     let signals = memory.counters().unbind_signals;
