@@ -8,6 +8,20 @@
 //! queue instead: `idle_queue`.)
 
 use super::links::NONE;
+use super::rounding::SegmentKind;
+
+/// An idle segment as the engine's rules read it: the free block spanning it and what it
+/// last served.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IdleSegment {
+    /// The free block that spans the segment.
+    pub block: u32,
+    pub size: u64,
+    pub kind: SegmentKind,
+    pub stream: u32,
+    /// The size of the block whose free left the segment idle.
+    pub last_use: u64,
+}
 
 /// In a slot's `prev`: the slot is not in the list. (A slot in the list has a real slot or
 /// [`NONE`] there; slots are record indexes, far below this.)

@@ -17,6 +17,9 @@ pub(crate) struct SegmentRecord {
     /// The engine's operation clock when the segment last became wholly free (or was
     /// created).
     pub idle_since: u64,
+    /// The size of the block whose free last left the segment wholly free: what the
+    /// segment last served (0 until it has been idle once).
+    pub last_use: u64,
 }
 
 /// What every allocation and free reads of a block, in 40 bytes. The segment's base, kind

@@ -123,8 +123,11 @@ impl EngineState {
         // Ages are fixed during one collection: no searches happen inside it.
         let mut candidates: Vec<(u32, u64, u64)> = self
             .idle_segment_blocks()
-            .filter(|&(_, _, kind)| kind == SegmentKind::Large)
-            .map(|(block, size, _)| (block, size, now - self.cold[block as usize].gc_base))
+            .filter(|idle| idle.kind == SegmentKind::Large)
+            .map(|idle| {
+                let age = now - self.cold[idle.block as usize].gc_base;
+                (idle.block, idle.size, age)
+            })
             .collect();
         let mut total_age: u64 = candidates.iter().map(|c| c.2).sum();
         let mut reclaimed = 0u64;
@@ -191,10 +194,7 @@ impl EngineState {
     /// Releases every free block that spans a whole segment, in both pools.
     pub(super) fn release_cached_blocks(&mut self, source: &mut dyn SegmentSource) {
         self.stats.num_sync_all_streams += 1;
-        let whole: Vec<u32> = self
-            .idle_segment_blocks()
-            .map(|(block, _, _)| block)
-            .collect();
+        let whole: Vec<u32> = self.idle_segment_blocks().map(|idle| idle.block).collect();
         for block in whole {
             self.release_block(block, source);
         }

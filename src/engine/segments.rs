@@ -68,6 +68,7 @@ impl EngineState {
                 head: NONE,
                 in_use: false,
                 idle_since: 0,
+                last_use: 0,
             });
             (self.segments.len() - 1) as u32
         })
@@ -97,6 +98,7 @@ impl EngineState {
             head: NONE,
             in_use: true,
             idle_since: self.clock,
+            last_use: 0,
         };
         let of = SegmentFields {
             segment: slot,

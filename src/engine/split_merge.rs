@@ -142,6 +142,7 @@ impl EngineState {
     #[inline(always)]
     pub fn merge_free_block_unindexed(&mut self, block: u32) -> u32 {
         let kind = self.blocks[block as usize].kind;
+        let freed_size = self.blocks[block as usize].size();
         let pages_mode = self.pages_mode;
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
@@ -182,7 +183,9 @@ impl EngineState {
             apply_net(&mut self.stats.inactive_split_bytes, kind, net_bytes);
             if !self.is_split(block) {
                 let segment = self.blocks[block as usize].segment;
-                self.segments[segment as usize].idle_since = self.clock;
+                let record = &mut self.segments[segment as usize];
+                record.idle_since = self.clock;
+                record.last_use = freed_size;
                 self.idle_segments.push_back(segment);
             }
         }

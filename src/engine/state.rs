@@ -5,7 +5,7 @@
 
 use super::error::SizeLimit;
 use super::free_index::{FreeIndex, FreeKey};
-use super::idle::IdleList;
+use super::idle::{IdleList, IdleSegment};
 use super::links::BlockLinks;
 use super::page_layout::PageState;
 use super::records::{BlockCold, BlockRecord, SegmentRecord};
@@ -155,12 +155,18 @@ impl EngineState {
         }
     }
 
-    /// The free blocks that span a whole segment, least recently idle first:
-    /// (block, size, kind).
-    pub fn idle_segment_blocks(&self) -> impl Iterator<Item = (u32, u64, SegmentKind)> + '_ {
+    /// The free blocks that span a whole segment (the idle segments, kept with fixed
+    /// segments only), least recently idle first.
+    pub fn idle_segment_blocks(&self) -> impl Iterator<Item = IdleSegment> + '_ {
         self.idle_segments.iter().map(|segment| {
             let s = &self.segments[segment as usize];
-            (s.head, s.size, s.kind)
+            IdleSegment {
+                block: s.head,
+                size: s.size,
+                kind: s.kind,
+                stream: s.stream,
+                last_use: s.last_use,
+            }
         })
     }
 

@@ -112,6 +112,67 @@ fn compact_reserved_slack_releases_idle_segments_least_recently_freed_first() {
     invalid_value("compact_reserved_slack:-1");
 }
 
+/// Two idle 160 MiB segments, A (which last served 40 MiB) and B (which last served 160
+/// MiB), with reserved at the allocated peak of 320 MiB; the slack (4 %) leaves room for
+/// 12.8 MiB more. With `twin: false` B is never made, and A alone is idle at a peak of 160
+/// MiB.
+fn decode_scenario(twin: bool) -> (CheckedEngine, Allocation, Option<Allocation>) {
+    let mut pool = compact_with_rate("0.0625", "0.04", "10", "0");
+    let a = pool.alloc(160 * MIB);
+    let b = twin.then(|| pool.alloc(160 * MIB));
+    pool.free(a);
+    if let Some(b) = b {
+        pool.free(b);
+    }
+    let c = pool.alloc(40 * MIB);
+    assert_eq!((c.segment, c.offset), (a.segment, 0));
+    pool.free(c);
+    (pool, a, b)
+}
+
+#[test]
+fn compact_reserved_slack_shares_an_idle_segment_rather_than_release_it_for_a_small_one() {
+    // An 8 MiB request may not take a whole 160 MiB segment (under 1/16 of it), and its own
+    // 20 MiB segment would not fit under the slack: rather than release an idle segment to
+    // make room (and create it again for the next step's 160 MiB), it takes A, where the
+    // 40 MiB A last served still fits, while B stays whole.
+    let (mut pool, a, b) = decode_scenario(true);
+    let b = b.unwrap();
+    let small = pool.alloc(8 * MIB);
+    assert_eq!((small.segment, small.offset), (a.segment, 0));
+    // The next step finds room in both: 40 MiB beside the small block, 160 MiB in B.
+    let mid = pool.alloc(40 * MIB);
+    assert_eq!((mid.segment, mid.offset), (a.segment, 8 * MIB));
+    let large = pool.alloc(160 * MIB);
+    assert_eq!((large.segment, large.offset), (b.segment, 0));
+    let stats = pool.stats();
+    assert_eq!((stats.num_device_alloc, stats.num_device_free), (2, 0));
+    assert_eq!(pool.reserved(), 320 * MIB);
+
+    // With no other idle segment as large to keep whole, A is not shared: the oldest idle
+    // segment goes and the request gets a segment of its own (in A's record slot).
+    let (mut pool, _, _) = decode_scenario(false);
+    let small = pool.alloc(8 * MIB);
+    assert_eq!(small.block_size, 8 * MIB);
+    let stats = pool.stats();
+    assert_eq!((stats.num_device_alloc, stats.num_device_free), (2, 1));
+    assert_eq!(pool.reserved(), 20 * MIB);
+
+    // Nor is a segment whose last block would no longer fit beside the request: both hold
+    // 160 MiB last, so the oldest idle one (A) is released instead.
+    let mut pool = compact_with_rate("0.0625", "0.04", "10", "0");
+    let a = pool.alloc(160 * MIB);
+    let b = pool.alloc(160 * MIB);
+    pool.free(a);
+    pool.free(b);
+    pool.alloc(8 * MIB);
+    let again = pool.alloc(160 * MIB);
+    assert_eq!((again.segment, again.offset), (b.segment, 0));
+    let stats = pool.stats();
+    assert_eq!((stats.num_device_alloc, stats.num_device_free), (3, 1));
+    assert_eq!(pool.reserved(), 180 * MIB);
+}
+
 #[test]
 fn compact_release_budget_bounds_the_bytes_released() {
     // Budget 0: nothing is ever released, whatever the slack.

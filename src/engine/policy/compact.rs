@@ -24,6 +24,13 @@
 //!    grows with the peak and with the work done, so that a workload whose live set keeps
 //!    changing shape keeps releasing at a bounded share of what it allocates. Once it is
 //!    spent the pool grows instead.
+//!
+//!    One exception: where rule 1 refuses every idle segment and a segment of the request's
+//!    own would need a release, the request shares an idle segment instead, the smallest
+//!    that still has room beside it for the block it last served, as long as another idle
+//!    segment at least as large stays whole (`idle_twin_to_share`). A decode loop otherwise
+//!    releases an idle segment each step to make room for a small one and creates it again
+//!    for the next step's large request.
 //! 3. **Round segments up while shapes drift.** A request of [`DRIFT_MIN_SIZE`] or more that
 //!    misses while an idle whole segment of at least 3/4 of its size is cached (varying
 //!    sequence lengths, say) gets a segment rounded up to the next quarter step between
@@ -84,7 +91,7 @@ fn candidate(
         .fits_ascending(stream, rounded)
         .take(SEARCH_DEPTH)
         .find(|key| may_take(state, key, rounded));
-    let key = match allowed {
+    let key = match allowed.or_else(|| idle_twin_to_share(state, stream, rounded)) {
         Some(key) => key,
         None => {
             let best = index.best_fit(stream, rounded)?;
@@ -97,6 +104,36 @@ fn candidate(
     state
         .passes_oversize_rules(key.size, rounded)
         .then_some(key)
+}
+
+/// Rule 2's exception: the idle segment a request shares when rule 1 refused every idle
+/// segment and a segment of its own would not fit under the slack without a release. It is
+/// the smallest idle large segment on the request's stream that still has room, beside the
+/// request, for the block it last served, and only while another idle segment at least as
+/// large stays whole for the largest requests. None where growing needs no release.
+///
+/// On a KV-cache decode this takes the segments created from 2.7x to 1.4x the live peak,
+/// and peak reserved from 1.066x to 1.040x (docs/POLICY.md, "Sharing an idle segment").
+fn idle_twin_to_share(state: StateView<'_>, stream: u32, rounded: u64) -> Option<FreeKey> {
+    let segment = segment_size(state, stream, rounded).min(state.max_segment_size());
+    let (limit, _) = reserved_limit(state, rounded);
+    if state.reserved() + segment <= limit {
+        return None;
+    }
+    let shared = state
+        .idle_segment_blocks()
+        .filter(|idle| {
+            idle.kind == SegmentKind::Large
+                && idle.stream == stream
+                && idle.size >= rounded
+                && idle.size - rounded >= idle.last_use
+                && state.passes_oversize_rules(idle.size, rounded)
+        })
+        .min_by_key(|idle| (idle.size, idle.block))?;
+    let twin = state.idle_segment_blocks().any(|idle| {
+        idle.block != shared.block && idle.kind == SegmentKind::Large && idle.size >= shared.size
+    });
+    twin.then(|| state.free_block_key(shared.block))
 }
 
 /// The reserved-memory limit for a request of `rounded` bytes, and the allocated peak it is
@@ -129,10 +166,7 @@ fn can_grow_within_slack(state: StateView<'_>, released: u64, stream: u32, round
         return true;
     }
     let mut left = budget_left(state, released, peak);
-    let mut idle: Vec<u64> = state
-        .idle_segment_blocks()
-        .map(|(_, size, _)| size)
-        .collect();
+    let mut idle: Vec<u64> = state.idle_segment_blocks().map(|idle| idle.size).collect();
     idle.sort_unstable();
     let mut freed = 0u64;
     for size in idle {
@@ -229,7 +263,7 @@ impl CompactPolicy {
         let mut left = budget_left(state, self.released, peak);
         let idle: Vec<(u32, u64)> = state
             .idle_segment_blocks()
-            .map(|(b, size, _)| (b, size))
+            .map(|idle| (idle.block, idle.size))
             .collect();
         for (block, size) in idle {
             if engine.view().reserved() + segment_size <= limit {

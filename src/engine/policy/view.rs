@@ -14,6 +14,7 @@
 use crate::config::Config;
 use crate::engine::error::{AllocError, OomCause};
 use crate::engine::free_index::{FreeIndex, FreeKey};
+use crate::engine::idle::IdleSegment;
 use crate::engine::rounding::SegmentKind;
 use crate::engine::segments::NoSegment;
 use crate::engine::source::{SegmentSource, SourceError};
@@ -120,9 +121,15 @@ impl<'a> StateView<'a> {
         self.state.passes_oversize_rules(block_size, rounded)
     }
 
-    /// The free blocks that span a whole segment (the idle segments), least recently idle
-    /// first: (block, size, kind).
-    pub fn idle_segment_blocks(self) -> impl Iterator<Item = (u32, u64, SegmentKind)> + 'a {
+    /// The free-index key of a free block.
+    #[inline]
+    pub fn free_block_key(self, block: u32) -> FreeKey {
+        self.state.key_of(block)
+    }
+
+    /// The free blocks that span a whole segment (the idle segments, kept with fixed
+    /// segments only), least recently idle first.
+    pub fn idle_segment_blocks(self) -> impl Iterator<Item = IdleSegment> + 'a {
         self.state.idle_segment_blocks()
     }
 
