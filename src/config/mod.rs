@@ -185,6 +185,10 @@ pub struct Config {
     /// `compact_page_slack` as soon as that shows, instead of over the ramp
     /// (`compact_slack_on_growth`).
     pub compact_slack_on_growth: bool,
+    /// `policy:compact` in segments mode: whether a request that `compact_min_share` keeps
+    /// out of every idle segment shares one rather than release one to make room for its
+    /// own (`compact_share_idle`).
+    pub compact_share_idle: bool,
     /// Pages mode: preferred chunks of device memory a pool keeps allocated ahead of demand
     /// on a thread of its own, so that growing normally binds without waiting for the
     /// driver's allocation (`page_reserve_chunks`; 0: none).
@@ -217,6 +221,7 @@ impl Default for Config {
             compact_page_slack: 0.008,
             compact_slack_ramp: 0.3,
             compact_slack_on_growth: true,
+            compact_share_idle: true,
             page_reserve_chunks: 0,
             page_bind_batch: 16,
         }
@@ -277,6 +282,8 @@ builders! {
     with_compact_slack_ramp: compact_slack_ramp: f64;
     /// Sets `compact_slack_on_growth`.
     with_compact_slack_on_growth: compact_slack_on_growth: bool;
+    /// Sets `compact_share_idle`.
+    with_compact_share_idle: compact_share_idle: bool;
     /// Sets `page_reserve_chunks`.
     with_page_reserve_chunks: page_reserve_chunks: u32;
     /// Sets `page_bind_batch`.

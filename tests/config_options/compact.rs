@@ -1,6 +1,6 @@
 //! The default policy's knobs: `compact_min_share`, `compact_reserved_slack`,
 //! `compact_release_budget`, `compact_recycle_rate`, `compact_page_slack`, `compact_slack_ramp`,
-//! `compact_slack_on_growth`.
+//! `compact_slack_on_growth`, `compact_share_idle`.
 
 use super::*;
 
@@ -116,8 +116,11 @@ fn compact_reserved_slack_releases_idle_segments_least_recently_freed_first() {
 /// MiB), with reserved at the allocated peak of 320 MiB; the slack (4 %) leaves room for
 /// 12.8 MiB more. With `twin: false` B is never made, and A alone is idle at a peak of 160
 /// MiB.
-fn decode_scenario(twin: bool) -> (CheckedEngine, Allocation, Option<Allocation>) {
-    let mut pool = compact_with_rate("0.0625", "0.04", "10", "0");
+fn decode_scenario(twin: bool, share: bool) -> (CheckedEngine, Allocation, Option<Allocation>) {
+    let mut pool = CheckedEngine::new(&format!(
+        "policy:compact,compact_min_share:0.0625,compact_reserved_slack:0.04,\
+         compact_release_budget:10,compact_recycle_rate:0,compact_share_idle:{share}"
+    ));
     let a = pool.alloc(160 * MIB);
     let b = twin.then(|| pool.alloc(160 * MIB));
     pool.free(a);
@@ -131,12 +134,12 @@ fn decode_scenario(twin: bool) -> (CheckedEngine, Allocation, Option<Allocation>
 }
 
 #[test]
-fn compact_reserved_slack_shares_an_idle_segment_rather_than_release_it_for_a_small_one() {
+fn compact_share_idle_shares_an_idle_segment_rather_than_release_it_for_a_small_one() {
     // An 8 MiB request may not take a whole 160 MiB segment (under 1/16 of it), and its own
     // 20 MiB segment would not fit under the slack: rather than release an idle segment to
     // make room (and create it again for the next step's 160 MiB), it takes A, where the
     // 40 MiB A last served still fits, while B stays whole.
-    let (mut pool, a, b) = decode_scenario(true);
+    let (mut pool, a, b) = decode_scenario(true, true);
     let b = b.unwrap();
     let small = pool.alloc(8 * MIB);
     assert_eq!((small.segment, small.offset), (a.segment, 0));
@@ -151,7 +154,7 @@ fn compact_reserved_slack_shares_an_idle_segment_rather_than_release_it_for_a_sm
 
     // With no other idle segment as large to keep whole, A is not shared: the oldest idle
     // segment goes and the request gets a segment of its own (in A's record slot).
-    let (mut pool, _, _) = decode_scenario(false);
+    let (mut pool, _, _) = decode_scenario(false, true);
     let small = pool.alloc(8 * MIB);
     assert_eq!(small.block_size, 8 * MIB);
     let stats = pool.stats();
@@ -171,6 +174,21 @@ fn compact_reserved_slack_shares_an_idle_segment_rather_than_release_it_for_a_sm
     let stats = pool.stats();
     assert_eq!((stats.num_device_alloc, stats.num_device_free), (3, 1));
     assert_eq!(pool.reserved(), 180 * MIB);
+
+    // `compact_share_idle:False` releases the oldest idle segment (B) and creates one for
+    // the request, as before the rule; the 40 MiB then splits A, and the next step's 160 MiB
+    // creates B's segment again.
+    let (mut pool, a, _) = decode_scenario(true, false);
+    let small = pool.alloc(8 * MIB);
+    assert_eq!(small.block_size, 8 * MIB);
+    let mid = pool.alloc(40 * MIB);
+    assert_eq!((mid.segment, mid.offset), (a.segment, 0));
+    let large = pool.alloc(160 * MIB);
+    assert_ne!(large.segment, a.segment);
+    let stats = pool.stats();
+    assert_eq!((stats.num_device_alloc, stats.num_device_free), (4, 1));
+    assert!(Config::default().compact_share_idle);
+    invalid_value("compact_share_idle:maybe");
 }
 
 #[test]

@@ -262,6 +262,7 @@ pub fn setup_strategy(shape: Shape) -> impl Strategy<Value = SegmentSetup> {
         prop::option::weighted(0.1, 0u32..=8).prop_map(keyed("page_reserve_chunks")),
         prop::option::weighted(0.2, any::<bool>()).prop_map(keyed("compact_slack_on_growth")),
         prop::option::weighted(0.1, 1u32..=256).prop_map(keyed("page_bind_batch")),
+        prop::option::weighted(0.2, any::<bool>()).prop_map(keyed("compact_share_idle")),
     );
     let limits = (
         prop::option::weighted(0.85, (1u64..=32).prop_map(|g| g * GIB)),
@@ -273,7 +274,7 @@ pub fn setup_strategy(shape: Shape) -> impl Strategy<Value = SegmentSetup> {
         let (device_memory, mut device_limit, max_segment_size, fallback_mb) = l;
         let parts: Vec<String> = [
             o.0, o.1, o.2, o.3, o.4, o.5, o.6, o.7, o.8, o.9, o.10, o.11, k.0, k.1, k.2, k.3, k.4,
-            k.5, k.6, k.7, k.8,
+            k.5, k.6, k.7, k.8, k.9,
         ]
         .into_iter()
         .flatten()
@@ -381,6 +382,7 @@ pub fn page_setup_strategy(limited: bool) -> impl Strategy<Value = PageSetup> {
         prop::option::weighted(0.1, 0u32..=8).prop_map(keyed("page_reserve_chunks")),
         prop::option::weighted(0.2, any::<bool>()).prop_map(keyed("compact_slack_on_growth")),
         prop::option::weighted(0.1, 1u32..=256).prop_map(keyed("page_bind_batch")),
+        prop::option::weighted(0.2, any::<bool>()).prop_map(keyed("compact_share_idle")),
     );
     let device = (
         any::<bool>(),
@@ -401,7 +403,7 @@ pub fn page_setup_strategy(limited: bool) -> impl Strategy<Value = PageSetup> {
         }
         let parts: Vec<String> = [
             o.1, o.2, o.3, o.4, gc, o.6, o.7, o.8, o.9, o.10, k.0, k.1, k.2, k.3, k.4, k.5, k.6,
-            k.7, k.8,
+            k.7, k.8, k.9,
         ]
         .into_iter()
         .flatten()

@@ -30,7 +30,7 @@
 //!    that still has room beside it for the block it last served, as long as another idle
 //!    segment at least as large stays whole (`idle_twin_to_share`). A decode loop otherwise
 //!    releases an idle segment each step to make room for a small one and creates it again
-//!    for the next step's large request.
+//!    for the next step's large request. `compact_share_idle:False` turns this off.
 //! 3. **Round segments up while shapes drift.** A request of [`DRIFT_MIN_SIZE`] or more that
 //!    misses while an idle whole segment of at least 3/4 of its size is cached (varying
 //!    sequence lengths, say) gets a segment rounded up to the next quarter step between
@@ -110,11 +110,15 @@ fn candidate(
 /// segment and a segment of its own would not fit under the slack without a release. It is
 /// the smallest idle large segment on the request's stream that still has room, beside the
 /// request, for the block it last served, and only while another idle segment at least as
-/// large stays whole for the largest requests. None where growing needs no release.
+/// large stays whole for the largest requests. None where growing needs no release, and
+/// with `compact_share_idle:False`.
 ///
 /// On a KV-cache decode this takes the segments created from 2.7x to 1.4x the live peak,
 /// and peak reserved from 1.066x to 1.040x (docs/POLICY.md, "Sharing an idle segment").
 fn idle_twin_to_share(state: StateView<'_>, stream: u32, rounded: u64) -> Option<FreeKey> {
+    if !state.config().compact_share_idle {
+        return None;
+    }
     let segment = segment_size(state, stream, rounded).min(state.max_segment_size());
     let (limit, _) = reserved_limit(state, rounded);
     if state.reserved() + segment <= limit {

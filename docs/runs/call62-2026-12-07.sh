@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Call 62 (2026-12-07, sixteenth session): segments mode's shared idle segment (9f6bf21)
+# against the build before it (f46465e) on issue 21's four traces, with PyTorch 2.11 and
+# b244e2c (the build issue 21 was filed on) in the same call: issue 21's table again.
+#
+# Binaries (release, stripped), carried in .dev/:
+#   .dev/wgpool-old   b244e2c (no --repeat: one run)
+#   .dev/wgpool-prev  f46465e, the fifteenth session's end
+#   .dev/wgpool       this session's build (.dev/COMMIT)
+# For each of ROUNDS interleaved rounds (default 3) and each trace: PyTorch's caching
+# allocator from C++ (native and expandable segments, `--repeat 5`), b244e2c in both modes,
+# this build in both modes (`--repeat 5`), and f46465e in segments mode (`--repeat 5`; its
+# pages mode is this build's). Rounds stop once STOP_AT seconds (default 420) have passed,
+# so that the engine comparison still runs. Carry [".gl", ".dev"].
+set -uo pipefail
+ROUNDS=${ROUNDS:-3}
+STOP_AT=${STOP_AT:-420}
+. docs/runs/device-env.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+nproc; lscpu | grep -E "Model name" || true
+python3 -c "import torch; print('torch', torch.__version__)" 2>/dev/null
+cat .dev/COMMIT .dev/COMMIT-prev
+. docs/runs/prepare-traces.sh
+. docs/runs/replay-helper.sh
+: > "$OUT/torch.jsonl"
+torch() {
+  PYTORCH_CUDA_ALLOC_CONF=$2 timeout 120 python3 tools/oracle/torch_alloc_speed.py /tmp/traces/$1.csv --repeat 5 \
+    2>/dev/null | python3 -c "
+import json,sys
+r=json.loads(sys.stdin.read()); r['round']='$round'
+open('$OUT/torch.jsonl','a').write(json.dumps(r)+'\n')
+print('$round torch $1 %s first %.3f s rest %.3f s' % (r['conf'] or 'native', r['first_s'], r['rest_median_s']))"
+}
+old() {
+  out=$(timeout 90 .dev/wgpool-old replay /tmp/traces/$1.csv --gpu --json --conf "$2" 2>/dev/null)
+  python3 -c "
+import json,sys
+r=json.loads(sys.argv[1]); r['trace']='$1'; r['round']='$round'; r['conf_given']='$2'; r['args']=''; r['build']='wgpool-old'
+print(json.dumps(r))
+print('$round old $1 $2 wall %.3f drv %.3f dev %.3f GB' % (r['wall_time_s'], r['driver_time_s'], r['device_memory_peak_bytes']/1e9), file=sys.stderr)
+" "$out" >> "$OUT/replay.jsonl" || echo "$1 $2 old: no report"
+}
+usable() {
+  tail -1 "$OUT/replay.jsonl" | python3 -c "import json,sys; r=json.load(sys.stdin); f=r['runs'][0]; print('   wall to binds applied %.3f; drv %.3f; dev %.3f GB; segments %d device allocations %d' % (r['wall_time_s'], f['driver_time_s'], r['device_memory_peak_bytes']/1e9, r['segments_created'], r['device_allocations']))"
+}
+for round in $(seq 1 "$ROUNDS"); do
+  [ "$SECONDS" -lt "$STOP_AT" ] || { echo "round $round skipped at ${SECONDS}s"; break; }
+  for t in $TRACES; do
+    torch $t ""
+    torch $t expandable_segments:True
+    old $t expandable_segments:True
+    wg $t expandable_segments:True "--repeat 5" wgpool; usable
+    old $t expandable_segments:False
+    wg $t expandable_segments:False "--repeat 5" wgpool; usable
+    wg $t expandable_segments:False "--repeat 5" wgpool-prev; usable
+  done
+done
+echo "== the engine alone on the host CPU: default / policy:pytorch, b244e2c and now (${SECONDS}s)"
+timeout 100 python3 tools/engine_cost.py --base .dev/wgpool-old --rounds 2 .dev/wgpool \
+  $(for t in $TRACES; do printf '/tmp/traces/%s.csv ' "$t"; done) | tee "$OUT/engine-cost.md"
+date -u
