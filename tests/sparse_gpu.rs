@@ -944,7 +944,8 @@ fn idle_chunks_stay_while_queued_binds_that_name_them_cannot_be_submitted() {
 
 fn idle_chunks_stay_while_queued_binds_cannot_be_submitted() {
     let (own, sparse) = own_sparse_device();
-    let mut memory = queueing_memory(&own, "idle");
+    let log = common::captured_log();
+    let mut memory = queueing_memory(&own, "idle-kept");
     const RUN: u64 = 1 << 20;
     let signals = memory.counters().unbind_signals;
     memory.map(0, &[(2 * RUN, RUN)]).unwrap();
@@ -959,6 +960,13 @@ fn idle_chunks_stay_while_queued_binds_cannot_be_submitted() {
     sparse.fail_next_bind_submissions(1);
     assert_eq!(memory.release_idle(u64::MAX), 0, "nothing is freed");
     assert_eq!(memory.usage().device_bytes, device_bytes);
+    let said: Vec<String> = log
+        .lines()
+        .into_iter()
+        .filter(|line| line.starts_with("idle-kept: "))
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("idle device memory kept"), "{}", said[0]);
     assert!(sparse.queued_page_binds() >= 2, "the binds stay queued");
     let freed = memory.release_idle(u64::MAX);
     assert_eq!(sparse.queued_page_binds(), 0);

@@ -437,7 +437,11 @@ impl PagedMemory {
             // Binds of the chunks' pages (unbinds, and maps the unbinds undo) may still be
             // queued, or pending on the GPU. Where they cannot be sent, nothing is freed: a
             // queued map would name freed memory.
-            if self.apply_all_binds().is_err() {
+            if let Err(error) = self.apply_all_binds() {
+                log::warn!(
+                    "{}: idle device memory kept: its queued binds could not be applied: {error}",
+                    self.label
+                );
                 return 0;
             }
         }
