@@ -11,7 +11,8 @@
 # allocator from C++ (native and expandable segments, `--repeat 5`), b244e2c in both modes,
 # this build in both modes (`--repeat 5`), and f46465e in segments mode (`--repeat 5`; its
 # pages mode is this build's). Rounds stop once STOP_AT seconds (default 420) have passed,
-# so that the engine comparison still runs. Carry [".gl", ".dev"].
+# so that the engine comparison still runs (SKIP_ENGINE=1 leaves it out). ONLY_TRACES="..."
+# replays only those traces, NO_OLD=1 leaves b244e2c out. Carry [".gl", ".dev"].
 set -uo pipefail
 ROUNDS=${ROUNDS:-3}
 STOP_AT=${STOP_AT:-420}
@@ -21,6 +22,7 @@ nproc; lscpu | grep -E "Model name" || true
 python3 -c "import torch; print('torch', torch.__version__)" 2>/dev/null
 cat .dev/COMMIT .dev/COMMIT-prev
 . docs/runs/prepare-traces.sh
+TRACES=${ONLY_TRACES:-$TRACES}
 . docs/runs/replay-helper.sh
 : > "$OUT/torch.jsonl"
 torch() {
@@ -48,13 +50,14 @@ for round in $(seq 1 "$ROUNDS"); do
   for t in $TRACES; do
     torch $t ""
     torch $t expandable_segments:True
-    old $t expandable_segments:True
+    [ -n "${NO_OLD:-}" ] || old $t expandable_segments:True
     wg $t expandable_segments:True "--repeat 5" wgpool; usable
-    old $t expandable_segments:False
+    [ -n "${NO_OLD:-}" ] || old $t expandable_segments:False
     wg $t expandable_segments:False "--repeat 5" wgpool; usable
     wg $t expandable_segments:False "--repeat 5" wgpool-prev; usable
   done
 done
+[ -n "${SKIP_ENGINE:-}" ] && { date -u; exit 0; }
 echo "== the engine alone on the host CPU: default / policy:pytorch, b244e2c and now (${SECONDS}s)"
 timeout 100 python3 tools/engine_cost.py --base .dev/wgpool-old --rounds 2 .dev/wgpool \
   $(for t in $TRACES; do printf '/tmp/traces/%s.csv ' "$t"; done) | tee "$OUT/engine-cost.md"
