@@ -383,10 +383,8 @@ pub const OPTIONS: &[OptionSpec] = &[
         allowed: "a number from 0 to 10",
         meaning: "`policy:compact` only. Before a new segment would take reserved memory more \
                   than this fraction above the peak of allocated memory, idle cached segments \
-                  are released, least recently freed first; in segments mode a request that \
-                  `compact_min_share` keeps out of every idle segment shares one instead where \
-                  one has room beside it for the block it last served and another as large \
-                  stays whole.",
+                  are released, least recently freed first (in segments mode, unless \
+                  `compact_share_idle` lets the request share one).",
         apply: |c, v| {
             c.compact_reserved_slack = parse_f64_within(v.scalar()?, 0.0..=10.0)?;
             Ok(())

@@ -109,8 +109,8 @@ fn candidate(
 /// Rule 2's exception: the idle segment a request shares when rule 1 refused every idle
 /// segment and a segment of its own would not fit under the slack without a release. It is
 /// the smallest idle large segment on the request's stream that still has room, beside the
-/// request, for the block it last served, and only while another idle segment at least as
-/// large stays whole for the largest requests. None where growing needs no release, and
+/// request, for the block it last served, and only while another idle segment on the stream
+/// at least as large stays whole for the largest requests. None where growing needs no release, and
 /// with `compact_share_idle:False`.
 ///
 /// On a KV-cache decode this takes the segments created from 2.7x to 1.4x the live peak,
@@ -135,7 +135,10 @@ fn idle_twin_to_share(state: StateView<'_>, stream: u32, rounded: u64) -> Option
         })
         .min_by_key(|idle| (idle.size, idle.block))?;
     let twin = state.idle_segment_blocks().any(|idle| {
-        idle.block != shared.block && idle.kind == SegmentKind::Large && idle.size >= shared.size
+        idle.block != shared.block
+            && idle.kind == SegmentKind::Large
+            && idle.stream == stream
+            && idle.size >= shared.size
     });
     twin.then(|| state.free_block_key(shared.block))
 }
