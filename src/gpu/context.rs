@@ -172,8 +172,10 @@ impl std::fmt::Debug for GpuContext {
 }
 
 /// Creates an instance from the environment, with `options.backends` and
-/// `options.memory_budget_thresholds` applied on top.
+/// `options.memory_budget_thresholds` applied on top. Readies pools' owner bias first
+/// ([`prepare_owner_bias`](crate::pool::prepare_owner_bias)), before wgpu starts threads.
 pub fn create_instance(options: &HeadlessOptions) -> Result<wgpu::Instance, GpuError> {
+    crate::pool::prepare_owner_bias();
     let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     descriptor.backends = match options.backends {
         Some(backends) => backends,

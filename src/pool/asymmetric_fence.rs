@@ -30,8 +30,14 @@ pub(crate) fn light() {
 
 /// Whether [`heavy`] works in this process: asked once (the registration is process-wide).
 pub(crate) fn available() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(membarrier::register)
+}
+
+static AVAILABLE: OnceLock<bool> = OnceLock::new();
+
+/// Whether [`available`] has been asked already (the registration is done or refused).
+pub(crate) fn asked() -> bool {
+    AVAILABLE.get().is_some()
 }
 
 /// The heavy side: a full barrier on every running thread of the process. `false` if the

@@ -75,6 +75,7 @@ pub use block_ref::BlockRef;
 pub use consistency_error::ConsistencyError;
 pub use error::{BindingError, MoveError, PoolError, ReadWriteError, ResidencyError};
 pub use options::{DEFAULT_USAGE, FreeTiming, HeldLimitAction, PoolOptions};
+pub use owner_bias::{owner_bias_prepared, prepare_owner_bias};
 pub use residency::Residency;
 pub use residency_api::ResidencyStats;
 pub use residency_options::ResidencyOptions;

@@ -61,6 +61,32 @@ pub(crate) enum Slot {
 
 const SLOTS: usize = 2;
 
+/// Readies the owner bias of every pool this process will create, and returns whether the
+/// bias is available here (Linux 4.14 or later, with `membarrier` allowed).
+///
+/// The bias needs the process registered once for `membarrier`; the first pool does that
+/// otherwise. The kernel makes the registration wait for a grace period whenever the
+/// process has more than one thread, which took 11 to 24 ms at the first pool's creation on
+/// a 2-core machine, and microseconds while the process had a single thread.
+/// [`create_instance`](crate::gpu::create_instance) (and so
+/// [`GpuContext::headless`](crate::gpu::GpuContext::headless)) calls it before wgpu starts
+/// any thread; an application that creates its own wgpu instance can call it first thing in
+/// `main`. Calling it again costs a load.
+///
+/// ```
+/// let available = wgpool::pool::prepare_owner_bias();
+/// # let _ = available;
+/// ```
+pub fn prepare_owner_bias() -> bool {
+    asymmetric_fence::available()
+}
+
+/// Whether [`prepare_owner_bias`] (or a pool) has registered the process already, for tests.
+#[doc(hidden)]
+pub fn owner_bias_prepared() -> bool {
+    asymmetric_fence::asked()
+}
+
 pub(crate) struct OwnerBias {
     /// The owner's thread id; [`UNCLAIMED`] before the first entry, [`NO_OWNER`] once the
     /// bias is revoked or was never on.
