@@ -74,6 +74,8 @@ pub mod config;
 #[allow(unsafe_code)]
 pub mod engine;
 mod error_debug;
+// A memory fence for the pools' owner bias, on the lowest floor so that `gpu` can ready it.
+mod asymmetric_fence;
 pub mod format;
 pub mod gpu;
 pub mod history;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// Top-level modules by floor, bottom first. Modules on one floor do not name each other.
 const FLOORS: &[&[&str]] = &[
-    &["format", "error_debug", "rng"],
+    &["format", "error_debug", "rng", "asymmetric_fence"],
     &["config", "gpu"],
     &["engine"],
     &["history"],

@@ -71,6 +71,11 @@ fn parse_bool(text: &str) -> Result<bool, String> {
     }
 }
 
+/// How a boolean option is written: as PyTorch writes them (`True`, `False`).
+fn render_bool(value: bool) -> String {
+    if value { "True" } else { "False" }.to_string()
+}
+
 /// The largest size option in MiB: the engine's largest segment (2 TiB less 512 B, sizes in
 /// 512 B granules of 32 bits), in whole MiB. Larger sizes could not be represented in a
 /// block. The configuration sits below the engine, so it states the size itself; the engine
@@ -490,14 +495,7 @@ pub const OPTIONS: &[OptionSpec] = &[
             c.compact_slack_on_growth = parse_bool(v.scalar()?)?;
             Ok(())
         },
-        render: |c| {
-            if c.compact_slack_on_growth {
-                "True"
-            } else {
-                "False"
-            }
-            .to_string()
-        },
+        render: |c| render_bool(c.compact_slack_on_growth),
     },
     OptionSpec {
         key: "compact_share_idle",
@@ -519,14 +517,7 @@ pub const OPTIONS: &[OptionSpec] = &[
             c.compact_share_idle = parse_bool(v.scalar()?)?;
             Ok(())
         },
-        render: |c| {
-            if c.compact_share_idle {
-                "True"
-            } else {
-                "False"
-            }
-            .to_string()
-        },
+        render: |c| render_bool(c.compact_share_idle),
     },
     OptionSpec {
         key: "page_reserve_chunks",

@@ -173,9 +173,9 @@ impl std::fmt::Debug for GpuContext {
 
 /// Creates an instance from the environment, with `options.backends` and
 /// `options.memory_budget_thresholds` applied on top. Readies pools' owner bias first
-/// ([`prepare_owner_bias`](crate::pool::prepare_owner_bias)), before wgpu starts threads.
+/// (as `wgpool::pool::prepare_owner_bias` does), before wgpu starts threads.
 pub fn create_instance(options: &HeadlessOptions) -> Result<wgpu::Instance, GpuError> {
-    crate::pool::prepare_owner_bias();
+    crate::asymmetric_fence::available();
     let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     descriptor.backends = match options.backends {
         Some(backends) => backends,

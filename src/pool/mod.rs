@@ -33,7 +33,6 @@
 //! [`AllocError::OutOfMemory`](crate::engine::AllocError::OutOfMemory) with the engine's diagnostic; the pool stays usable.
 
 mod alloc;
-mod asymmetric_fence;
 mod bind_group;
 mod binding;
 mod block;

@@ -15,7 +15,7 @@
 //! - **Claim.** The first thread to enter, while no thread owns the bias, takes it
 //!   (compare-exchange, once in the pool's life).
 //! - **Owner.** To enter lock `slot`, the owner stores `inside[slot] = true`, issues the
-//!   light side of the [asymmetric fence](super::asymmetric_fence), and loads `phase`: if it
+//!   light side of the [asymmetric fence](crate::asymmetric_fence), and loads `phase`: if it
 //!   reads [`ACTIVE`], it holds the lock; otherwise it clears `inside[slot]` and takes the
 //!   lock's mutex or flag like any thread. Leaving clears `inside[slot]` (release).
 //! - **Revocation.** Any other thread, before it takes a lock, revokes the bias once: it
@@ -35,7 +35,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
-use super::asymmetric_fence;
+use crate::asymmetric_fence;
 
 /// The owner enters without locked instructions.
 const ACTIVE: u8 = 0;
