@@ -1,5 +1,5 @@
 //! Creating a wgpu instance through wgpool readies the pools' owner bias before wgpu starts
-//! any thread (`create_instance` calls `prepare_owner_bias`). A binary of its own: nothing
+//! any thread (`create_instance` registers first, as `prepare_owner_bias` does). A binary of its own: nothing
 //! else in it may register the process first.
 
 use wgpool::gpu::{HeadlessOptions, create_instance};
