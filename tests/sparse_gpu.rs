@@ -960,11 +960,7 @@ fn idle_chunks_stay_while_queued_binds_cannot_be_submitted() {
     sparse.fail_next_bind_submissions(1);
     assert_eq!(memory.release_idle(u64::MAX), 0, "nothing is freed");
     assert_eq!(memory.usage().device_bytes, device_bytes);
-    let said: Vec<String> = log
-        .lines()
-        .into_iter()
-        .filter(|line| line.starts_with("idle-kept: "))
-        .collect();
+    let said = log.lines_of("idle-kept");
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(said[0].contains("idle device memory kept"), "{}", said[0]);
     assert!(sparse.queued_page_binds() >= 2, "the binds stay queued");

@@ -333,11 +333,7 @@ fn held_bytes_past_the_limit_warn_or_refuse_naming_the_missing_submit() {
         let _ = block.operand();
     }
     assert_eq!(warned.held_bytes(), 32 * 4096);
-    let lines: Vec<String> = log
-        .lines()
-        .into_iter()
-        .filter(|line| line.starts_with("leaky:"))
-        .collect();
+    let lines = log.lines_of("leaky");
     assert_eq!(lines.len(), 1, "one warning: {lines:?}");
     for needle in [
         "over the held limit of 64.00 KiB",

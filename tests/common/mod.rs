@@ -123,6 +123,16 @@ impl CapturedLog {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
     }
+
+    /// The warnings of the pool labelled `label` (those that start with `label:`), oldest
+    /// first.
+    pub fn lines_of(&self, label: &str) -> Vec<String> {
+        let prefix = format!("{label}:");
+        self.lines()
+            .into_iter()
+            .filter(|line| line.starts_with(&prefix))
+            .collect()
+    }
 }
 
 impl log::Log for CapturedLog {
