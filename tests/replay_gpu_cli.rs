@@ -131,10 +131,10 @@ fn replay_reports_the_pool_and_engine_time_per_operation_and_repeats() {
         assert_eq!(runs.len(), 3);
         for run in runs {
             let replay = run["replay_time_s"].as_f64().unwrap();
+            // The heap queries run on a watcher thread, beside the timed loop.
             let outside = replay
                 - run["driver_time_s"].as_f64().unwrap()
-                - run["unmap_wait_s"].as_f64().unwrap()
-                - run["heap_query_s"].as_f64().unwrap();
+                - run["unmap_wait_s"].as_f64().unwrap();
             let ns = run["pool_ns_per_op"].as_f64().unwrap();
             assert!(ns > 0.0, "{run}");
             assert!(

@@ -6,6 +6,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::error::Position;
+use super::heap_watch::{HeapReading, HeapWatch, WatchSignal};
 use super::ops::{Trace, TraceOp};
 use super::replay::{ReplayOptions, replay};
 use super::replay_error::ReplayError;
@@ -116,13 +117,13 @@ pub struct GpuReplayRun {
     /// Of `replay_time_s`: ordering GPU work before bytes reached through other wrappers
     /// are reused (pages mode).
     pub ordering_time_s: f64,
-    /// Of `replay_time_s`: the replay's own reads of the device heap's usage
-    /// (`heap_usage_peak_bytes`, first run only), which the driver may answer only after
-    /// binds in flight are applied: the harness's time, not the pool's.
+    /// Beside `replay_time_s`, not part of it: the replay's own reads of the device heap's
+    /// usage (`heap_usage_peak_bytes`, first run only), made on a watcher thread because
+    /// the driver may answer only after binds in flight are applied: the harness's time,
+    /// not the pool's.
     pub heap_query_s: f64,
-    /// The pool's own time per operation: `replay_time_s` less driver time, waits and the
-    /// heap queries, in nanoseconds; what an allocation or free costs the caller beyond the
-    /// driver.
+    /// The pool's own time per operation: `replay_time_s` less driver time and waits, in
+    /// nanoseconds; what an allocation or free costs the caller beyond the driver.
     pub pool_ns_per_op: f64,
     /// After `replay_time_s` (not part of it): the wait until every bind the run submitted
     /// was applied on the GPU (pages mode; next to nothing for segments, which have no
@@ -167,10 +168,11 @@ pub struct GpuReplayReport {
     pub device_memory_peak_bytes: u64,
     /// `device_memory_peak_bytes / peak_reserved_bytes`.
     pub device_over_reserved: f64,
-    /// With `VK_EXT_memory_budget`: the peak over the replay of the heap's usage less its
-    /// usage before the pool existed. It counts every allocation on the heap (wgpu's own
-    /// included), so it checks `device_memory_peak_bytes` from outside; `null` without the
-    /// extension.
+    /// With `VK_EXT_memory_budget`: the peak over the first run of the heap's usage less its
+    /// usage before the pool existed, read on a watcher thread after each change of the
+    /// pool's device memory and at the run's end (a rise and fall within one read can be
+    /// missed). It counts every allocation on the heap (wgpu's own included), so it checks
+    /// `device_memory_peak_bytes` from outside; `null` without the extension.
     pub heap_usage_peak_bytes: Option<u64>,
     /// Time in the driver getting and giving back device memory: `create_buffer` and
     /// `destroy` for segments; memory allocation and freeing, binds, and creating and
@@ -340,12 +342,23 @@ pub fn replay_on_gpu(
     let mut runs = Vec::new();
     let mut first = None;
     for run in 0..options.repeat.max(1) {
-        let mut heap = (run == 0).then_some(HeapWatch {
-            before: heap_before,
-            peak: heap_before.map(|_| 0),
-            changes: pool.device_memory_changes(),
+        // The first run's heap is watched from a thread of its own (`heap_watch`), so the
+        // driver's answers stay off the timed loop.
+        let signal = WatchSignal::default();
+        let (outcome, heap) = std::thread::scope(|scope| {
+            let watch = match heap_before {
+                Some(before) if run == 0 => {
+                    Some(HeapWatch::start(scope, &signal, before, || heap_usage(gpu)))
+                }
+                _ => None,
+            };
+            let outcome = replay_once(&scaled, &pool, watch.as_ref());
+            (outcome, watch.map(HeapWatch::finish))
         });
-        let outcome = replay_once(&scaled, &pool, gpu, heap.as_mut())?;
+        let mut outcome = outcome?;
+        if let Some(heap) = &heap {
+            outcome.run.heap_query_s = heap.query_time.as_secs_f64();
+        }
         gpu.errors().check_device()?;
         if run == 0 {
             let stats = pool.memory_stats();
@@ -382,7 +395,7 @@ pub fn replay_on_gpu(
         peak_allocated_bytes: stats.allocated_bytes.all.peak,
         device_memory_peak_bytes: usage.device_bytes_peak,
         device_over_reserved: ratio(usage.device_bytes_peak, peak_reserved),
-        heap_usage_peak_bytes: heap.and_then(|watch| watch.peak),
+        heap_usage_peak_bytes: heap.map(|reading: HeapReading| reading.peak),
         driver_time_s: usage.driver_time.as_secs_f64(),
         allocation_time_s: usage.allocation_time.as_secs_f64(),
         background_allocation_time_s: usage.background_allocation_time.as_secs_f64(),
@@ -419,14 +432,6 @@ pub fn replay_on_gpu(
     Ok(report)
 }
 
-/// The device heap's usage while the pool runs, read when the pool's device memory changed.
-struct HeapWatch {
-    before: Option<u64>,
-    peak: Option<u64>,
-    /// The pool's device-memory change counter when last read.
-    changes: u64,
-}
-
 /// One run's figures, and the peak of live bytes.
 struct RunOutcome {
     run: GpuReplayRun,
@@ -437,8 +442,7 @@ struct RunOutcome {
 fn replay_once(
     trace: &Trace,
     pool: &Pool,
-    gpu: &GpuContext,
-    mut heap: Option<&mut HeapWatch>,
+    heap: Option<&HeapWatch<'_>>,
 ) -> Result<RunOutcome, GpuReplayError> {
     let mut slots: Vec<Option<(Block, u64)>> = (0..trace.slots).map(|_| None).collect();
     let (mut live, mut peak_live) = (0u64, 0u64);
@@ -453,7 +457,7 @@ fn replay_once(
         }
     };
     let before = pool.device_memory_usage();
-    let mut heap_query = std::time::Duration::ZERO;
+    let mut changes = pool.device_memory_changes();
     let start = Instant::now();
     for (i, op) in trace.ops.iter().enumerate() {
         match *op {
@@ -475,19 +479,13 @@ fn replay_once(
                 drop(alloc(size, i)?);
             }
         }
-        // The heap is read only when the pool's device memory may have changed: the query
-        // is a driver call, and the check a load.
-        if let Some(watch) = heap.as_deref_mut() {
-            let changes = pool.device_memory_changes();
-            if changes != watch.changes {
-                let queried = Instant::now();
-                watch.changes = changes;
-                if let (Some(before), Some(peak), Some(usage)) =
-                    (watch.before, watch.peak.as_mut(), heap_usage(gpu))
-                {
-                    *peak = (*peak).max(usage.saturating_sub(before));
-                }
-                heap_query += queried.elapsed();
+        // The watcher is told only when the pool's device memory may have changed: the
+        // check is a load.
+        if let Some(watch) = heap {
+            let now = pool.device_memory_changes();
+            if now != changes {
+                changes = now;
+                watch.changed();
             }
         }
     }
@@ -511,8 +509,9 @@ fn replay_once(
         driver_time_s: seconds(driver),
         unmap_wait_s: seconds(waits),
         ordering_time_s: seconds(after.ordering_time.saturating_sub(before.ordering_time)),
-        heap_query_s: seconds(heap_query),
-        pool_ns_per_op: seconds(elapsed.saturating_sub(driver + waits + heap_query)) * 1e9 / ops,
+        // The watcher's, beside this run: set by the caller.
+        heap_query_s: 0.0,
+        pool_ns_per_op: seconds(elapsed.saturating_sub(driver + waits)) * 1e9 / ops,
         bind_wait_s: seconds(bind_wait),
         device_allocations: after.allocations - before.allocations,
         bind_calls: after.bind_calls - before.bind_calls,

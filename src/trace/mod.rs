@@ -5,6 +5,7 @@ mod builder;
 mod cuda_addresses;
 mod error;
 mod gpu_replay;
+mod heap_watch;
 mod input;
 mod lines;
 mod ops;
