@@ -6,7 +6,6 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::error::Position;
-use super::heap_watch::{HeapReading, HeapWatch, WatchSignal};
 use super::ops::{Trace, TraceOp};
 use super::replay::{ReplayOptions, replay};
 use super::replay_error::ReplayError;
@@ -117,11 +116,6 @@ pub struct GpuReplayRun {
     /// Of `replay_time_s`: ordering GPU work before bytes reached through other wrappers
     /// are reused (pages mode).
     pub ordering_time_s: f64,
-    /// Beside `replay_time_s`, not part of it: the replay's own reads of the device heap's
-    /// usage (`heap_usage_peak_bytes`, first run only), made on a watcher thread because
-    /// the driver may answer only after binds in flight are applied: the harness's time,
-    /// not the pool's.
-    pub heap_query_s: f64,
     /// The pool's own time per operation: `replay_time_s` less driver time and waits, in
     /// nanoseconds; what an allocation or free costs the caller beyond the driver.
     pub pool_ns_per_op: f64,
@@ -168,12 +162,15 @@ pub struct GpuReplayReport {
     pub device_memory_peak_bytes: u64,
     /// `device_memory_peak_bytes / peak_reserved_bytes`.
     pub device_over_reserved: f64,
-    /// With `VK_EXT_memory_budget`: the peak over the first run of the heap's usage less its
-    /// usage before the pool existed, read on a watcher thread after each change of the
-    /// pool's device memory and at the run's end (a rise and fall within one read can be
-    /// missed). It counts every allocation on the heap (wgpu's own included), so it checks
-    /// `device_memory_peak_bytes` from outside; `null` without the extension.
+    /// With `VK_EXT_memory_budget`: the peak of the heap's usage less its usage before the
+    /// pool existed, read after every change of the pool's device memory in a run of its
+    /// own after the timed runs (the cache released before it), so that the reads stay out
+    /// of the timed runs. It counts every allocation on the heap (wgpu's own included), so
+    /// it checks `device_memory_peak_bytes` from outside; `null` without the extension.
     pub heap_usage_peak_bytes: Option<u64>,
+    /// The watched run's time in those reads (0 without the extension): the harness's
+    /// time, in no timed figure. On NVIDIA a read can wait for binds in flight.
+    pub heap_query_s: f64,
     /// Time in the driver getting and giving back device memory: `create_buffer` and
     /// `destroy` for segments; memory allocation and freeing, binds, and creating and
     /// releasing ranges and their wrappers for pages.
@@ -304,6 +301,10 @@ pub enum GpuReplayError {
 /// is a real block, every free drops it. The pool is in pages mode where the device and the
 /// configuration allow it (see [`Pool::memory_mode`]).
 ///
+/// The trace runs [`repeat`](GpuReplayOptions::repeat) timed times; where the driver
+/// reports the heap's usage, once more after them, untimed, reading the heap after every
+/// change of the pool's device memory (`heap_usage_peak_bytes`).
+///
 /// Streams are not told apart (the pool serves one stream). An allocation the pool refuses
 /// with out-of-memory is counted in `num_ooms`, and its later free skipped, as in
 /// [`replay`](super::replay).
@@ -342,28 +343,12 @@ pub fn replay_on_gpu(
     let mut runs = Vec::new();
     let mut first = None;
     for run in 0..options.repeat.max(1) {
-        // The first run's heap is watched from a thread of its own (`heap_watch`), so the
-        // driver's answers stay off the timed loop.
-        let signal = WatchSignal::default();
-        let (outcome, heap) = std::thread::scope(|scope| {
-            let watch = match heap_before {
-                Some(before) if run == 0 => {
-                    Some(HeapWatch::start(scope, &signal, before, || heap_usage(gpu)))
-                }
-                _ => None,
-            };
-            let outcome = replay_once(&scaled, &pool, watch.as_ref());
-            (outcome, watch.map(HeapWatch::finish))
-        });
-        let mut outcome = outcome?;
-        if let Some(heap) = &heap {
-            outcome.run.heap_query_s = heap.query_time.as_secs_f64();
-        }
+        let outcome = replay_once(&scaled, &pool, gpu, None)?;
         gpu.errors().check_device()?;
         if run == 0 {
             let stats = pool.memory_stats();
             let usage = pool.device_memory_usage();
-            first = Some((outcome.peak_live, stats, usage, start.elapsed(), heap));
+            first = Some((outcome.peak_live, stats, usage, start.elapsed()));
         }
         runs.push(outcome.run);
         // Between runs the cache goes back to the device, as `torch.cuda.empty_cache()`,
@@ -372,7 +357,24 @@ pub fn replay_on_gpu(
             pool.empty_cache();
         }
     }
-    let (peak_live, stats, usage, wall, heap) = first.expect("at least one run");
+    let (peak_live, stats, usage, wall) = first.expect("at least one run");
+    // The heap's usage, watched in a run of its own after the timed ones: reading it is a
+    // driver call (on NVIDIA it can wait for binds in flight), kept out of every timed run.
+    let heap = match heap_before {
+        Some(before) => {
+            pool.empty_cache();
+            let mut watch = HeapWatch {
+                before,
+                peak: 0,
+                changes: pool.device_memory_changes(),
+                query_time: std::time::Duration::ZERO,
+            };
+            replay_once(&scaled, &pool, gpu, Some(&mut watch))?;
+            gpu.errors().check_device()?;
+            Some(watch)
+        }
+        None => None,
+    };
     let engine_ns_per_op = if options.engine_baseline {
         Some(engine_baseline(&scaled, config, &pool, device_memory, gpu)?)
     } else {
@@ -395,7 +397,8 @@ pub fn replay_on_gpu(
         peak_allocated_bytes: stats.allocated_bytes.all.peak,
         device_memory_peak_bytes: usage.device_bytes_peak,
         device_over_reserved: ratio(usage.device_bytes_peak, peak_reserved),
-        heap_usage_peak_bytes: heap.map(|reading: HeapReading| reading.peak),
+        heap_usage_peak_bytes: heap.as_ref().map(|watch| watch.peak),
+        heap_query_s: heap.map_or(0.0, |watch| watch.query_time.as_secs_f64()),
         driver_time_s: usage.driver_time.as_secs_f64(),
         allocation_time_s: usage.allocation_time.as_secs_f64(),
         background_allocation_time_s: usage.background_allocation_time.as_secs_f64(),
@@ -432,6 +435,18 @@ pub fn replay_on_gpu(
     Ok(report)
 }
 
+/// The device heap's usage while the pool runs, read when the pool's device memory changed.
+struct HeapWatch {
+    /// The heap's usage before the pool existed.
+    before: u64,
+    /// The peak of the usage less `before`.
+    peak: u64,
+    /// The pool's device-memory change counter when last read.
+    changes: u64,
+    /// Time spent reading.
+    query_time: std::time::Duration,
+}
+
 /// One run's figures, and the peak of live bytes.
 struct RunOutcome {
     run: GpuReplayRun,
@@ -442,7 +457,8 @@ struct RunOutcome {
 fn replay_once(
     trace: &Trace,
     pool: &Pool,
-    heap: Option<&HeapWatch<'_>>,
+    gpu: &GpuContext,
+    mut heap: Option<&mut HeapWatch>,
 ) -> Result<RunOutcome, GpuReplayError> {
     let mut slots: Vec<Option<(Block, u64)>> = (0..trace.slots).map(|_| None).collect();
     let (mut live, mut peak_live) = (0u64, 0u64);
@@ -457,7 +473,6 @@ fn replay_once(
         }
     };
     let before = pool.device_memory_usage();
-    let mut changes = pool.device_memory_changes();
     let start = Instant::now();
     for (i, op) in trace.ops.iter().enumerate() {
         match *op {
@@ -479,13 +494,17 @@ fn replay_once(
                 drop(alloc(size, i)?);
             }
         }
-        // The watcher is told only when the pool's device memory may have changed: the
-        // check is a load.
-        if let Some(watch) = heap {
-            let now = pool.device_memory_changes();
-            if now != changes {
-                changes = now;
-                watch.changed();
+        // The heap is read only when the pool's device memory may have changed: the query
+        // is a driver call, and the check a load.
+        if let Some(watch) = heap.as_deref_mut() {
+            let changes = pool.device_memory_changes();
+            if changes != watch.changes {
+                let queried = Instant::now();
+                watch.changes = changes;
+                if let Some(usage) = heap_usage(gpu) {
+                    watch.peak = watch.peak.max(usage.saturating_sub(watch.before));
+                }
+                watch.query_time += queried.elapsed();
             }
         }
     }
@@ -509,8 +528,6 @@ fn replay_once(
         driver_time_s: seconds(driver),
         unmap_wait_s: seconds(waits),
         ordering_time_s: seconds(after.ordering_time.saturating_sub(before.ordering_time)),
-        // The watcher's, beside this run: set by the caller.
-        heap_query_s: 0.0,
         pool_ns_per_op: seconds(elapsed.saturating_sub(driver + waits)) * 1e9 / ops,
         bind_wait_s: seconds(bind_wait),
         device_allocations: after.allocations - before.allocations,
@@ -553,7 +570,6 @@ fn median_run(runs: &[GpuReplayRun]) -> Option<GpuReplayRun> {
     Some(GpuReplayRun {
         replay_time_s: f(|r| r.replay_time_s),
         driver_time_s: f(|r| r.driver_time_s),
-        heap_query_s: f(|r| r.heap_query_s),
         unmap_wait_s: f(|r| r.unmap_wait_s),
         ordering_time_s: f(|r| r.ordering_time_s),
         pool_ns_per_op: f(|r| r.pool_ns_per_op),

@@ -5,7 +5,6 @@ mod builder;
 mod cuda_addresses;
 mod error;
 mod gpu_replay;
-mod heap_watch;
 mod input;
 mod lines;
 mod ops;
