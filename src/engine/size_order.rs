@@ -5,7 +5,7 @@
 //! maps to its block, so that every comparison a search makes is a single integer compare
 //! rather than a compare of four fields one by one. The order is exactly that of the tuples
 //! (stream, size, address, block): addresses are unique among the blocks of one kind, so the
-//! block never decides it.
+//! block never decides it, and entries are compared by their key alone.
 //!
 //! Guarantees: sizes and addresses are multiples of 512 below
 //! [`ADDRESS_LIMIT`](super::free_index::ADDRESS_LIMIT), as for the free index; a size from
@@ -37,12 +37,60 @@ fn unpack(packed: u128, block: u32) -> FreeKey {
     }
 }
 
+/// A packed key and its block, ordered (and equal) by the key alone: keys are unique, so a
+/// comparison never needs the block, and a search bound needs none.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    packed: u128,
+    block: u32,
+}
+
+impl Entry {
+    /// A search bound: the place of `packed` among the entries.
+    #[inline]
+    fn bound(packed: u128) -> Entry {
+        Entry { packed, block: 0 }
+    }
+}
+
+impl PartialEq for Entry {
+    #[inline]
+    fn eq(&self, other: &Entry) -> bool {
+        self.packed == other.packed
+    }
+}
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    #[inline]
+    fn partial_cmp(&self, other: &Entry) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    #[inline]
+    fn cmp(&self, other: &Entry) -> std::cmp::Ordering {
+        self.packed.cmp(&other.packed)
+    }
+}
+
 /// Blocks by (stream, size, address).
 #[derive(Debug, Default)]
 pub(crate) struct SizeOrder {
-    /// (packed key, block); keys are unique, so the block never decides the order.
-    entries: SortedSet<(u128, u32)>,
+    /// Entries of unique keys, each with its block.
+    entries: SortedSet<Entry>,
     len: usize,
+}
+
+/// The entry of `key`.
+#[inline]
+fn entry(key: &FreeKey) -> Entry {
+    Entry {
+        packed: pack(key.stream, key.size, key.address),
+        block: key.block,
+    }
 }
 
 impl SizeOrder {
@@ -50,9 +98,7 @@ impl SizeOrder {
     /// engine never holds two blocks at one address, so a key's block never differs.
     #[inline]
     pub fn insert(&mut self, key: FreeKey) -> bool {
-        let inserted = self
-            .entries
-            .insert((pack(key.stream, key.size, key.address), key.block));
+        let inserted = self.entries.insert(entry(&key));
         self.len += inserted as usize;
         inserted
     }
@@ -61,9 +107,7 @@ impl SizeOrder {
     /// search.
     #[inline]
     pub fn remove(&mut self, key: &FreeKey) -> bool {
-        let removed = self
-            .entries
-            .remove((pack(key.stream, key.size, key.address), key.block));
+        let removed = self.entries.remove(entry(key));
         self.len -= removed as usize;
         removed
     }
@@ -72,10 +116,7 @@ impl SizeOrder {
     /// was there.
     #[inline]
     pub fn replace(&mut self, old: &FreeKey, new: FreeKey) -> bool {
-        let removed = self.entries.replace(
-            (pack(old.stream, old.size, old.address), old.block),
-            (pack(new.stream, new.size, new.address), new.block),
-        );
+        let removed = self.entries.replace(entry(old), entry(&new));
         self.len += usize::from(!removed);
         removed
     }
@@ -91,9 +132,9 @@ impl SizeOrder {
             to
         };
         self.entries
-            .from((from, 0))
-            .take_while(move |&(packed, _)| packed < to)
-            .map(|(packed, block)| unpack(packed, block))
+            .from(Entry::bound(from))
+            .take_while(move |e| e.packed < to)
+            .map(|e| unpack(e.packed, e.block))
     }
 
     /// The blocks of `stream` smaller than `size`, largest (then highest) first.
@@ -107,17 +148,15 @@ impl SizeOrder {
             from | ((1u128 << (2 * GRANULE_BITS)) - 1)
         };
         self.entries
-            .below((to, 0))
+            .below(Entry::bound(to))
             .rev()
-            .take_while(move |&(packed, _)| packed >= from)
-            .map(|(packed, block)| unpack(packed, block))
+            .take_while(move |e| e.packed >= from)
+            .map(|e| unpack(e.packed, e.block))
     }
 
     /// Every block, in (stream, size, address) order.
     pub fn iter(&self) -> impl Iterator<Item = FreeKey> + '_ {
-        self.entries
-            .all()
-            .map(|(packed, block)| unpack(packed, block))
+        self.entries.all().map(|e| unpack(e.packed, e.block))
     }
 
     pub fn len(&self) -> usize {
