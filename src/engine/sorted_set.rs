@@ -174,8 +174,9 @@ impl<T: Ord + Copy> SortedSet<T> {
     /// The smallest key above `key`, with its position, where `at` is the position of `key`
     /// as [`Self::first_from_at`], [`Self::first_at`] or this method gave it, the set
     /// unchanged since. A step in the vector form, a search in the tree form (where
-    /// positions are not kept); either way the key above `key`.
-    #[inline]
+    /// positions are not kept); either way the key above `key`. Always inline: the best
+    /// fit's walk takes this step on a large share of allocations.
+    #[inline(always)]
     pub fn after(&self, key: T, at: usize) -> Option<(T, usize)> {
         match self {
             SortedSet::Sorted(keys) => {
