@@ -103,60 +103,68 @@ fn still_holds(state: StateView<'_>, found: Place, kind: SegmentKind, rounded: u
 /// request's size, and the largest free blocks below it that unmapped space follows), or an
 /// unmapped block alone.
 fn place(state: StateView<'_>, kind: SegmentKind, stream: u32, rounded: u64) -> Option<Place> {
+    let offers = offers(state, kind, stream, rounded);
     let page = state.page_of(kind);
-    let consider = |unmapped: u32| -> Option<(u64, u64, Place)> {
-        let size = state.block_size(unmapped);
-        let prev = state.prev(unmapped);
-        let (start, below) = if state.is_free_block(prev) {
-            (prev, state.block_size(prev))
-        } else {
-            (unmapped, 0)
-        };
-        // A free block that holds the request alone is the cache's to give (or to refuse).
-        if below + size < rounded || below >= rounded {
-            return None;
-        }
-        let needed = round_up_to_page(rounded - below.min(rounded), page);
-        let place = Place {
-            start,
-            unmapped,
-            needed: needed.min(size),
-        };
-        Some((place.needed, below + size, place))
-    };
-    // The first place with the fewest bytes to map, then the smallest run, over the three
-    // searches in turn (plain loops: this runs on every miss, often twice).
+    // The first place with the fewest bytes to map, then the smallest run, in the order
+    // the searches offered them.
     let mut best: Option<(u64, u64, Place)> = None;
-    let mut offer = |unmapped: u32| {
-        if let Some(found) = consider(unmapped)
+    for &unmapped in offers.blocks() {
+        if let Some(found) = consider(state, page, rounded, unmapped)
             && best.is_none_or(|b| (found.0, found.1) < (b.0, b.1))
         {
             best = Some(found);
         }
+    }
+    best.map(|(_, _, place)| place)
+}
+
+/// The unmapped blocks a miss compares, in the order [`place`] weighs them (a block may
+/// come twice; the second offer changes nothing).
+struct Offers {
+    blocks: [u32; 3 * SEARCH_DEPTH],
+    len: usize,
+}
+
+impl Offers {
+    #[inline(always)]
+    fn push(&mut self, block: u32) {
+        self.blocks[self.len] = block;
+        self.len += 1;
+    }
+
+    fn blocks(&self) -> &[u32] {
+        &self.blocks[..self.len]
+    }
+}
+
+/// The three searches of [`place`] in turn: unmapped blocks from the request's size up,
+/// then below it, each up to [`SEARCH_DEPTH`] of them; then the unmapped blocks after the
+/// largest free blocks below the request, unless both searches ran out before their depth
+/// (every unmapped block of the kind and stream was offered then). Offers are collected
+/// first and weighed in one loop, so that the weighing is one piece of inline code.
+#[inline(always)]
+fn offers(state: StateView<'_>, kind: SegmentKind, stream: u32, rounded: u64) -> Offers {
+    let mut offers = Offers {
+        blocks: [0; 3 * SEARCH_DEPTH],
+        len: 0,
     };
-    let mut offered = 0;
     for key in state
         .unmapped_fits(kind, stream, rounded)
         .take(SEARCH_DEPTH)
     {
-        offer(key.block);
-        offered += 1;
+        offers.push(key.block);
     }
-    let mut offered_below = 0;
+    let offered = offers.len;
     for key in state
         .unmapped_below(kind, stream, rounded)
         .take(SEARCH_DEPTH)
     {
-        offer(key.block);
-        offered_below += 1;
+        offers.push(key.block);
     }
-    // Both searches ran out before their depth: every unmapped block of the kind and stream
-    // was offered. The third search would offer some of them again, which changes nothing
-    // (a place replaces the best only when strictly better).
+    let offered_below = offers.len - offered;
     if offered < SEARCH_DEPTH && offered_below < SEARCH_DEPTH {
-        return best.map(|(_, _, place)| place);
+        return offers;
     }
-    // The largest free blocks below the request that unmapped space follows.
     for key in state
         .free_blocks(kind)
         .below_descending(stream, rounded)
@@ -164,10 +172,40 @@ fn place(state: StateView<'_>, kind: SegmentKind, stream: u32, rounded: u64) -> 
     {
         let next = state.next(key.block);
         if state.is_unmapped_block(next) {
-            offer(next);
+            offers.push(next);
         }
     }
-    best.map(|(_, _, place)| place)
+    offers
+}
+
+/// Unmapped block `unmapped` as a place for `rounded` bytes, with the free block below it if
+/// any: (bytes to map, bytes of the run, place); `None` where the run cannot hold the
+/// request, or the free block alone can (a free block that holds the request alone is the
+/// cache's to give, or to refuse).
+#[inline(always)]
+fn consider(
+    state: StateView<'_>,
+    page: u64,
+    rounded: u64,
+    unmapped: u32,
+) -> Option<(u64, u64, Place)> {
+    let size = state.block_size(unmapped);
+    let prev = state.prev(unmapped);
+    let (start, below) = if state.is_free_block(prev) {
+        (prev, state.block_size(prev))
+    } else {
+        (unmapped, 0)
+    };
+    if below + size < rounded || below >= rounded {
+        return None;
+    }
+    let needed = round_up_to_page(rounded - below.min(rounded), page);
+    let place = Place {
+        start,
+        unmapped,
+        needed: needed.min(size),
+    };
+    Some((place.needed, below + size, place))
 }
 
 impl CompactPagesPolicy {
