@@ -32,6 +32,11 @@ pub(crate) struct IdleQueue {
     position: Vec<u32>,
     /// Live entries.
     len: usize,
+    /// Every entry before this index is stale. An entry never becomes live again (a block
+    /// that joins again gets a new one), so the walks of [`Self::iter`] start here and the
+    /// stale entries they passed are not stepped over again, until a compaction renumbers
+    /// the entries.
+    front: usize,
 }
 
 impl IdleQueue {
@@ -124,16 +129,30 @@ impl IdleQueue {
             }
         }
         self.entries.truncate(kept);
+        self.front = 0;
         debug_assert_eq!(kept, self.len);
+    }
+
+    /// Whether the entry at `at` is live.
+    #[inline]
+    fn is_live(&self, at: usize) -> bool {
+        self.position[self.entries[at] as usize] == at as u32
+    }
+
+    /// Moves the start of the walks past the stale entries at the front (those the last
+    /// walk's recycling left, mostly), each stepped over once.
+    #[inline]
+    pub fn skip_stale_front(&mut self) {
+        while self.front < self.entries.len() && !self.is_live(self.front) {
+            self.front += 1;
+        }
     }
 
     /// The listed slots, least recently idle first.
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter(|&(at, &slot)| self.position[slot as usize] == at as u32)
-            .map(|(_, &slot)| slot)
+        (self.front..self.entries.len())
+            .filter(|&at| self.is_live(at))
+            .map(|at| self.entries[at])
     }
 
     /// Listed slots.
@@ -191,6 +210,11 @@ mod tests {
             assert_eq!(queue.len(), reference.len());
             assert_eq!(queue.contains(slot), reference.contains(&slot));
             if round % 97 == 0 {
+                assert!(queue.iter().eq(reference.iter().copied()));
+            }
+            // As a recycling walk does: the walks after start past the stale front.
+            if round % 13 == 0 {
+                queue.skip_stale_front();
                 assert!(queue.iter().eq(reference.iter().copied()));
             }
         }

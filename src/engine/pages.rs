@@ -525,6 +525,7 @@ impl EngineState {
         let mut plans = std::mem::take(&mut self.pages.scratch_plans);
         plans.clear();
         self.pages.idle_pages.tidy();
+        self.pages.idle_pages.skip_stale_front();
         for block in self.pages.idle_pages.iter() {
             if planned >= bytes {
                 break;
