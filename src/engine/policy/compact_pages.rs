@@ -103,29 +103,63 @@ fn still_holds(state: StateView<'_>, found: Place, kind: SegmentKind, rounded: u
 /// request's size, and the largest free blocks below it that unmapped space follows), or an
 /// unmapped block alone.
 fn place(state: StateView<'_>, kind: SegmentKind, stream: u32, rounded: u64) -> Option<Place> {
-    let offers = offers(state, kind, stream, rounded);
     let page = state.page_of(kind);
     // The first place with the fewest bytes to map, then the smallest run, in the order
-    // the searches offered them.
+    // the searches offer them.
     let mut best: Option<(u64, u64, Place)> = None;
-    for &unmapped in offers.blocks() {
-        if let Some(found) = consider(state, page, rounded, unmapped)
-            && best.is_none_or(|b| (found.0, found.1) < (b.0, b.1))
-        {
-            best = Some(found);
+    let near = near_offers(state, kind, stream, rounded);
+    for &unmapped in near.blocks() {
+        keep_better(&mut best, consider(state, page, rounded, unmapped));
+    }
+    // Both searches ran out before their depth: every unmapped block of the kind and stream
+    // was offered. The third search would offer some of them again, which changes nothing.
+    if near.all {
+        return best.map(|(_, _, place)| place);
+    }
+    // The unmapped blocks after the largest free blocks below the request. A run from a
+    // free block of `below` bytes maps at least `rounded - below` bytes, more for each
+    // smaller block: once that exceeds the best place's bytes to map, no later offer is
+    // better, and the search stops.
+    for key in state
+        .free_blocks(kind)
+        .below_descending(stream, rounded)
+        .take(SEARCH_DEPTH)
+    {
+        if best.is_some_and(|b| rounded.saturating_sub(key.size) > b.0) {
+            break;
+        }
+        let next = state.next(key.block);
+        if state.is_unmapped_block(next) {
+            keep_better(&mut best, consider(state, page, rounded, next));
         }
     }
     best.map(|(_, _, place)| place)
 }
 
-/// The unmapped blocks a miss compares, in the order [`place`] weighs them (a block may
-/// come twice; the second offer changes nothing).
-struct Offers {
-    blocks: [u32; 3 * SEARCH_DEPTH],
-    len: usize,
+/// Makes `found` the best place if it maps fewer bytes, or as many in a smaller run: of
+/// equal places, the first offered stays.
+#[inline(always)]
+fn keep_better(best: &mut Option<(u64, u64, Place)>, found: Option<(u64, u64, Place)>) {
+    if let Some(found) = found
+        && best.is_none_or(|b| (found.0, found.1) < (b.0, b.1))
+    {
+        *best = Some(found);
+    }
 }
 
-impl Offers {
+/// The unmapped blocks near the request's size that a miss compares first, in the order
+/// [`place`] weighs them: from the request's size up, then below it, each up to
+/// [`SEARCH_DEPTH`] of them. Collected first and weighed in one loop, so that the weighing
+/// is one piece of inline code.
+struct NearOffers {
+    blocks: [u32; 2 * SEARCH_DEPTH],
+    len: usize,
+    /// Both searches ran out before their depth: every unmapped block of the kind and
+    /// stream is among the offers.
+    all: bool,
+}
+
+impl NearOffers {
     #[inline(always)]
     fn push(&mut self, block: u32) {
         self.blocks[self.len] = block;
@@ -137,16 +171,13 @@ impl Offers {
     }
 }
 
-/// The three searches of [`place`] in turn: unmapped blocks from the request's size up,
-/// then below it, each up to [`SEARCH_DEPTH`] of them; then the unmapped blocks after the
-/// largest free blocks below the request, unless both searches ran out before their depth
-/// (every unmapped block of the kind and stream was offered then). Offers are collected
-/// first and weighed in one loop, so that the weighing is one piece of inline code.
+/// The first two searches of [`place`].
 #[inline(always)]
-fn offers(state: StateView<'_>, kind: SegmentKind, stream: u32, rounded: u64) -> Offers {
-    let mut offers = Offers {
-        blocks: [0; 3 * SEARCH_DEPTH],
+fn near_offers(state: StateView<'_>, kind: SegmentKind, stream: u32, rounded: u64) -> NearOffers {
+    let mut offers = NearOffers {
+        blocks: [0; 2 * SEARCH_DEPTH],
         len: 0,
+        all: false,
     };
     for key in state
         .unmapped_fits(kind, stream, rounded)
@@ -162,19 +193,7 @@ fn offers(state: StateView<'_>, kind: SegmentKind, stream: u32, rounded: u64) ->
         offers.push(key.block);
     }
     let offered_below = offers.len - offered;
-    if offered < SEARCH_DEPTH && offered_below < SEARCH_DEPTH {
-        return offers;
-    }
-    for key in state
-        .free_blocks(kind)
-        .below_descending(stream, rounded)
-        .take(SEARCH_DEPTH)
-    {
-        let next = state.next(key.block);
-        if state.is_unmapped_block(next) {
-            offers.push(next);
-        }
-    }
+    offers.all = offered < SEARCH_DEPTH && offered_below < SEARCH_DEPTH;
     offers
 }
 
