@@ -99,11 +99,13 @@ impl IdleQueue {
     }
 
     /// Room for a position of `slot`: rare (positions grow with the record slots), kept out
-    /// of the inlined paths.
+    /// of the inlined paths. Positions at least double, so that record slots made one by
+    /// one come here a logarithmic number of times.
     #[cold]
     #[inline(never)]
     fn grow(&mut self, slot: u32) {
-        self.position.resize(slot as usize + 1, OUT);
+        let len = (slot as usize + 1).max(2 * self.position.len());
+        self.position.resize(len, OUT);
     }
 
     /// Drops the stale entries if they outnumber the live ones, so that a walk through the
