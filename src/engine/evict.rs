@@ -203,7 +203,7 @@ impl Engine {
             // then spare, for this map.
             let excess = self.state.physical().saturating_add(bytes);
             let excess = excess.saturating_sub(self.state.cap.unwrap_or(u64::MAX));
-            let _ = self.state.recycle_idle(excess, [u32::MAX; 2], source);
+            let _ = self.state.recycle_idle(excess, [u32::MAX; 2], None, source);
         }
         let spare = self.state.pages.stats.spare_bytes;
         let over_cap = over_cap(&self.state);

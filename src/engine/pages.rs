@@ -26,6 +26,18 @@ use super::source::{SegmentSource, SourceError};
 use super::state::EngineState;
 use super::types::SegmentId;
 
+/// What [`EngineState::recycle_idle`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Recycled {
+    /// Bytes unmapped, now spare.
+    pub bytes: u64,
+    /// Whether any were pages of blocks of the kind and stream the caller named. Where none
+    /// were, the blocks of that kind on that stream (free, allocated and unmapped), their
+    /// neighbours and their indexes are as they were: ranges hold blocks of one kind and
+    /// stream, and unmapping changes only the range it unmaps in.
+    pub near: bool,
+}
+
 impl EngineState {
     /// The page size of a kind.
     #[inline]
@@ -514,13 +526,15 @@ impl EngineState {
     }
 
     /// Unmaps idle pages, least recently freed first, until `bytes` are spare or no idle
-    /// page is left; pages of the blocks in `keep` stay. Returns the bytes unmapped.
+    /// page is left; pages of the blocks in `keep` stay. Returns the bytes unmapped, and
+    /// whether any were pages of blocks of kind and stream `near` (see [`Recycled`]).
     pub fn recycle_idle(
         &mut self,
         bytes: u64,
         keep: [u32; 2],
+        near: Option<(SegmentKind, u32)>,
         source: &mut dyn SegmentSource,
-    ) -> Result<u64, SourceError> {
+    ) -> Result<Recycled, SourceError> {
         let mut planned = 0;
         let mut plans = std::mem::take(&mut self.pages.scratch_plans);
         plans.clear();
@@ -538,7 +552,14 @@ impl EngineState {
                 plans.push(plan);
             }
         }
-        self.unmap_plans(plans, source)
+        let near = near.is_some_and(|(kind, stream)| {
+            plans.iter().any(|&(_, block, _)| {
+                let b = &self.blocks[block as usize];
+                b.kind == kind && b.stream == stream
+            })
+        });
+        let bytes = self.unmap_plans(plans, source)?;
+        Ok(Recycled { bytes, near })
     }
 
     /// The unmapped blocks of `kind` on `stream`, lowest address first (kept only in

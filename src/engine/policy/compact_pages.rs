@@ -70,7 +70,7 @@ pub(crate) struct CompactPagesPolicy {
 
 /// Where a missed request goes: from `start` (a free mapped block, or `unmapped` itself),
 /// mapping the first `needed` bytes of `unmapped`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Place {
     start: u32,
     unmapped: u32,
@@ -266,7 +266,8 @@ impl CompactPagesPolicy {
             rounded,
             ..
         } = request;
-        let found = match place(engine.view(), kind, stream, rounded) {
+        let placed = place(engine.view(), kind, stream, rounded);
+        let found = match placed {
             Some(found) => found,
             None => {
                 let unmapped = engine.reserve_range(kind, stream, rounded, source)?;
@@ -289,9 +290,15 @@ impl CompactPagesPolicy {
         }
         let keep = [found.start, found.unmapped];
         let recycled = engine
-            .recycle_idle(over, keep, source)
+            .recycle_idle(over, keep, Some((kind, stream)), source)
             .map_err(NoSegment::Source)?;
-        if recycled == 0 {
+        if recycled.bytes == 0 {
+            return Ok(found);
+        }
+        // Where no page of the request's kind and stream was unmapped, the search would look
+        // at the same blocks as before and find the same place.
+        if !recycled.near && placed.is_some() {
+            debug_assert_eq!(place(engine.view(), kind, stream, rounded), placed);
             return Ok(found);
         }
         // Unmapping may have joined or released blocks around the place: look again. Where

@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::engine::error::{AllocError, OomCause};
 use crate::engine::free_index::{FreeIndex, FreeKey};
 use crate::engine::idle::IdleSegment;
+use crate::engine::pages::Recycled;
 use crate::engine::rounding::SegmentKind;
 use crate::engine::segments::NoSegment;
 use crate::engine::source::{SegmentSource, SourceError};
@@ -315,9 +316,10 @@ impl<'a> Growth<'a> {
         &mut self,
         bytes: u64,
         keep: [u32; 2],
+        near: Option<(SegmentKind, u32)>,
         source: &mut dyn SegmentSource,
-    ) -> Result<u64, SourceError> {
-        self.state.recycle_idle(bytes, keep, source)
+    ) -> Result<Recycled, SourceError> {
+        self.state.recycle_idle(bytes, keep, near, source)
     }
 
     /// Gives spare memory back to the source.
