@@ -131,6 +131,7 @@ fn replay_reports_the_pool_and_engine_time_per_operation_and_repeats() {
         assert_eq!(runs.len(), 3);
         for run in runs {
             let replay = run["replay_time_s"].as_f64().unwrap();
+            // The heap reads are left out of `replay_time_s` already.
             let outside = replay
                 - run["driver_time_s"].as_f64().unwrap()
                 - run["unmap_wait_s"].as_f64().unwrap();
@@ -142,13 +143,11 @@ fn replay_reports_the_pool_and_engine_time_per_operation_and_repeats() {
             );
             assert_eq!(run["wrapper_orderings"], 0, "{run}");
         }
-        // The heap is read in a run of its own, after the timed ones: no timed run has
-        // reads to leave out.
+        // The heap is watched in the first run only.
         assert!(
-            runs.iter().all(|r| r.get("heap_query_s").is_none()),
+            runs[1..].iter().all(|r| r["heap_query_s"] == 0.0),
             "{report}"
         );
-        assert!(report["heap_query_s"].as_f64().unwrap() >= 0.0, "{report}");
         // The cache was released between runs: every run allocated device memory again.
         assert!(
             runs.iter()

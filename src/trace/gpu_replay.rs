@@ -1,7 +1,7 @@
 //! Replaying a trace through a real pool on a GPU: device memory and driver time, beside the
 //! engine's figures.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -106,7 +106,8 @@ impl GpuReplayOptions {
 #[non_exhaustive]
 pub struct GpuReplayRun {
     /// The trace's operations alone, from the first to the last (pool creation, and freeing
-    /// what the trace leaves live, not included).
+    /// what the trace leaves live, not included), less the replay's own reads of the heap
+    /// (`heap_query_s`).
     pub replay_time_s: f64,
     /// Of `replay_time_s`: in the driver getting and giving back device memory (see
     /// [`GpuReplayReport::driver_time_s`]).
@@ -116,6 +117,11 @@ pub struct GpuReplayRun {
     /// Of `replay_time_s`: ordering GPU work before bytes reached through other wrappers
     /// are reused (pages mode).
     pub ordering_time_s: f64,
+    /// Not part of `replay_time_s` (timed around each read and left out of it): the
+    /// replay's own reads of the device heap's usage (`heap_usage_peak_bytes`, first run
+    /// only), which the driver may answer only after binds in flight are applied: the
+    /// harness's time, not the pool's.
+    pub heap_query_s: f64,
     /// The pool's own time per operation: `replay_time_s` less driver time and waits, in
     /// nanoseconds; what an allocation or free costs the caller beyond the driver.
     pub pool_ns_per_op: f64,
@@ -162,15 +168,11 @@ pub struct GpuReplayReport {
     pub device_memory_peak_bytes: u64,
     /// `device_memory_peak_bytes / peak_reserved_bytes`.
     pub device_over_reserved: f64,
-    /// With `VK_EXT_memory_budget`: the peak of the heap's usage less its usage before the
-    /// pool existed, read after every change of the pool's device memory in a run of its
-    /// own after the timed runs (the cache released before it), so that the reads stay out
-    /// of the timed runs. It counts every allocation on the heap (wgpu's own included), so
-    /// it checks `device_memory_peak_bytes` from outside; `null` without the extension.
+    /// With `VK_EXT_memory_budget`: the peak over the replay of the heap's usage less its
+    /// usage before the pool existed. It counts every allocation on the heap (wgpu's own
+    /// included), so it checks `device_memory_peak_bytes` from outside; `null` without the
+    /// extension.
     pub heap_usage_peak_bytes: Option<u64>,
-    /// The watched run's time in those reads (0 without the extension): the harness's
-    /// time, in no timed figure. On NVIDIA a read can wait for binds in flight.
-    pub heap_query_s: f64,
     /// Time in the driver getting and giving back device memory: `create_buffer` and
     /// `destroy` for segments; memory allocation and freeing, binds, and creating and
     /// releasing ranges and their wrappers for pages.
@@ -221,7 +223,8 @@ pub struct GpuReplayReport {
     /// Allocations that failed with out-of-memory.
     pub num_ooms: u64,
     /// Wall time of the first replay, pool creation included, up to the point where every
-    /// bind it submitted was applied (the first run's `bind_wait_s` included).
+    /// bind it submitted was applied (the first run's `bind_wait_s` included), less its
+    /// reads of the heap (`heap_query_s`).
     pub wall_time_s: f64,
     /// The first run's pool time per operation: the pool's time per operation
     /// outside driver calls and GPU waits.
@@ -301,10 +304,6 @@ pub enum GpuReplayError {
 /// is a real block, every free drops it. The pool is in pages mode where the device and the
 /// configuration allow it (see [`Pool::memory_mode`]).
 ///
-/// The trace runs [`repeat`](GpuReplayOptions::repeat) timed times; where the driver
-/// reports the heap's usage, once more after them, untimed, reading the heap after every
-/// change of the pool's device memory (`heap_usage_peak_bytes`).
-///
 /// Streams are not told apart (the pool serves one stream). An allocation the pool refuses
 /// with out-of-memory is counted in `num_ooms`, and its later free skipped, as in
 /// [`replay`](super::replay).
@@ -343,12 +342,19 @@ pub fn replay_on_gpu(
     let mut runs = Vec::new();
     let mut first = None;
     for run in 0..options.repeat.max(1) {
-        let outcome = replay_once(&scaled, &pool, gpu, None)?;
+        let mut heap = (run == 0).then_some(HeapWatch {
+            before: heap_before,
+            peak: heap_before.map(|_| 0),
+            changes: pool.device_memory_changes(),
+        });
+        let outcome = replay_once(&scaled, &pool, gpu, heap.as_mut())?;
         gpu.errors().check_device()?;
         if run == 0 {
             let stats = pool.memory_stats();
             let usage = pool.device_memory_usage();
-            first = Some((outcome.peak_live, stats, usage, start.elapsed()));
+            let heap_reads = Duration::from_secs_f64(outcome.run.heap_query_s);
+            let wall = start.elapsed().saturating_sub(heap_reads);
+            first = Some((outcome.peak_live, stats, usage, wall, heap));
         }
         runs.push(outcome.run);
         // Between runs the cache goes back to the device, as `torch.cuda.empty_cache()`,
@@ -357,24 +363,7 @@ pub fn replay_on_gpu(
             pool.empty_cache();
         }
     }
-    let (peak_live, stats, usage, wall) = first.expect("at least one run");
-    // The heap's usage, watched in a run of its own after the timed ones: reading it is a
-    // driver call (on NVIDIA it can wait for binds in flight), kept out of every timed run.
-    let heap = match heap_before {
-        Some(before) => {
-            pool.empty_cache();
-            let mut watch = HeapWatch {
-                before,
-                peak: 0,
-                changes: pool.device_memory_changes(),
-                query_time: std::time::Duration::ZERO,
-            };
-            replay_once(&scaled, &pool, gpu, Some(&mut watch))?;
-            gpu.errors().check_device()?;
-            Some(watch)
-        }
-        None => None,
-    };
+    let (peak_live, stats, usage, wall, heap) = first.expect("at least one run");
     let engine_ns_per_op = if options.engine_baseline {
         Some(engine_baseline(&scaled, config, &pool, device_memory, gpu)?)
     } else {
@@ -397,8 +386,7 @@ pub fn replay_on_gpu(
         peak_allocated_bytes: stats.allocated_bytes.all.peak,
         device_memory_peak_bytes: usage.device_bytes_peak,
         device_over_reserved: ratio(usage.device_bytes_peak, peak_reserved),
-        heap_usage_peak_bytes: heap.as_ref().map(|watch| watch.peak),
-        heap_query_s: heap.map_or(0.0, |watch| watch.query_time.as_secs_f64()),
+        heap_usage_peak_bytes: heap.and_then(|watch| watch.peak),
         driver_time_s: usage.driver_time.as_secs_f64(),
         allocation_time_s: usage.allocation_time.as_secs_f64(),
         background_allocation_time_s: usage.background_allocation_time.as_secs_f64(),
@@ -437,14 +425,10 @@ pub fn replay_on_gpu(
 
 /// The device heap's usage while the pool runs, read when the pool's device memory changed.
 struct HeapWatch {
-    /// The heap's usage before the pool existed.
-    before: u64,
-    /// The peak of the usage less `before`.
-    peak: u64,
+    before: Option<u64>,
+    peak: Option<u64>,
     /// The pool's device-memory change counter when last read.
     changes: u64,
-    /// Time spent reading.
-    query_time: std::time::Duration,
 }
 
 /// One run's figures, and the peak of live bytes.
@@ -473,6 +457,7 @@ fn replay_once(
         }
     };
     let before = pool.device_memory_usage();
+    let mut heap_query = Duration::ZERO;
     let start = Instant::now();
     for (i, op) in trace.ops.iter().enumerate() {
         match *op {
@@ -495,16 +480,19 @@ fn replay_once(
             }
         }
         // The heap is read only when the pool's device memory may have changed: the query
-        // is a driver call, and the check a load.
+        // is a driver call, and the check a load. The reads are timed and left out of the
+        // run's time: PyTorch's loop, which the run's time is set beside, makes none.
         if let Some(watch) = heap.as_deref_mut() {
             let changes = pool.device_memory_changes();
             if changes != watch.changes {
                 let queried = Instant::now();
                 watch.changes = changes;
-                if let Some(usage) = heap_usage(gpu) {
-                    watch.peak = watch.peak.max(usage.saturating_sub(watch.before));
+                if let (Some(before), Some(peak), Some(usage)) =
+                    (watch.before, watch.peak.as_mut(), heap_usage(gpu))
+                {
+                    *peak = (*peak).max(usage.saturating_sub(before));
                 }
-                watch.query_time += queried.elapsed();
+                heap_query += queried.elapsed();
             }
         }
     }
@@ -519,16 +507,17 @@ fn replay_once(
     let bind_wait = bind_wait.elapsed();
     let after = pool.device_memory_usage();
     drop(slots);
-    let seconds = |d: std::time::Duration| d.as_secs_f64();
+    let seconds = |d: Duration| d.as_secs_f64();
     let driver = after.driver_time.saturating_sub(before.driver_time);
     let waits = after.unmap_wait_time.saturating_sub(before.unmap_wait_time);
     let ops = trace.ops.len().max(1) as f64;
     let run = GpuReplayRun {
-        replay_time_s: seconds(elapsed),
+        replay_time_s: seconds(elapsed.saturating_sub(heap_query)),
         driver_time_s: seconds(driver),
         unmap_wait_s: seconds(waits),
         ordering_time_s: seconds(after.ordering_time.saturating_sub(before.ordering_time)),
-        pool_ns_per_op: seconds(elapsed.saturating_sub(driver + waits)) * 1e9 / ops,
+        heap_query_s: seconds(heap_query),
+        pool_ns_per_op: seconds(elapsed.saturating_sub(driver + waits + heap_query)) * 1e9 / ops,
         bind_wait_s: seconds(bind_wait),
         device_allocations: after.allocations - before.allocations,
         bind_calls: after.bind_calls - before.bind_calls,
@@ -570,6 +559,7 @@ fn median_run(runs: &[GpuReplayRun]) -> Option<GpuReplayRun> {
     Some(GpuReplayRun {
         replay_time_s: f(|r| r.replay_time_s),
         driver_time_s: f(|r| r.driver_time_s),
+        heap_query_s: f(|r| r.heap_query_s),
         unmap_wait_s: f(|r| r.unmap_wait_s),
         ordering_time_s: f(|r| r.ordering_time_s),
         pool_ns_per_op: f(|r| r.pool_ns_per_op),
