@@ -13,7 +13,9 @@
 # this build and 5dd1280 in both modes (`--repeat 5`). Rounds stop once STOP_AT seconds
 # (default 400) have passed; then the engine alone (SKIP_ENGINE=1 leaves it out).
 # ONLY_TRACES="..." replays only those traces, NO_OLD=1 leaves b244e2c out.
-# Carry [".gl", ".dev"].
+# Carry [".gl", ".dev"]. (The heap-read figure of each line reads the report's
+# `heap_query_s` where a build put it there, 99ac9fb, and the first run's otherwise; call 63
+# ran with the second form alone, which printed the same for its builds.)
 set -uo pipefail
 ROUNDS=${ROUNDS:-3}
 STOP_AT=${STOP_AT:-400}
@@ -44,7 +46,7 @@ print('$round old $1 $2 wall %.3f drv %.3f dev %.3f GB' % (r['wall_time_s'], r['
 " "$out" >> "$OUT/replay.jsonl" || echo "$1 $2 old: no report"
 }
 usable() {
-  tail -1 "$OUT/replay.jsonl" | python3 -c "import json,sys; r=json.load(sys.stdin); f=r['runs'][0]; print('   loop %.3f (bind wait %.4f), heap queries %.4f s, wall %.3f; drv %.3f; dev %.3f GB, heap %.3f GB; device allocations %d' % (f['replay_time_s'] + f['bind_wait_s'], f['bind_wait_s'], f['heap_query_s'], r['wall_time_s'], f['driver_time_s'], r['device_memory_peak_bytes']/1e9, (r['heap_usage_peak_bytes'] or 0)/1e9, f['device_allocations']))"
+  tail -1 "$OUT/replay.jsonl" | python3 -c "import json,sys; r=json.load(sys.stdin); f=r['runs'][0]; print('   loop %.3f (bind wait %.4f), heap queries %.4f s, wall %.3f; drv %.3f; dev %.3f GB, heap %.3f GB; device allocations %d' % (f['replay_time_s'] + f['bind_wait_s'], f['bind_wait_s'], r.get('heap_query_s', f.get('heap_query_s', 0)), r['wall_time_s'], f['driver_time_s'], r['device_memory_peak_bytes']/1e9, (r['heap_usage_peak_bytes'] or 0)/1e9, f['device_allocations']))"
 }
 for round in $(seq 1 "$ROUNDS"); do
   [ "$SECONDS" -lt "$STOP_AT" ] || { echo "round $round skipped at ${SECONDS}s"; break; }
