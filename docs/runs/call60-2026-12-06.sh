@@ -17,31 +17,7 @@
 set -uo pipefail
 ROUNDS=${ROUNDS:-3}
 STOP_AT=${STOP_AT:-400}
-. docs/runs/device-env.sh
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
-nproc; lscpu | grep -E "Model name" || true
-python3 -c "import torch; print('torch', torch.__version__)" 2>/dev/null
-cat .dev/COMMIT .dev/COMMIT-prev
-. docs/runs/prepare-traces.sh
-. docs/runs/replay-helper.sh
-: > "$OUT/torch.jsonl"
-torch() {
-  PYTORCH_CUDA_ALLOC_CONF=$2 timeout 120 python3 tools/oracle/torch_alloc_speed.py /tmp/traces/$1.csv --repeat 5 \
-    2>/dev/null | python3 -c "
-import json,sys
-r=json.loads(sys.stdin.read()); r['round']='$round'
-open('$OUT/torch.jsonl','a').write(json.dumps(r)+'\n')
-print('$round torch $1 %s first %.3f s rest %.3f s' % (r['conf'] or 'native', r['first_s'], r['rest_median_s']))"
-}
-old() {
-  out=$(timeout 90 .dev/wgpool-old replay /tmp/traces/$1.csv --gpu --json --conf "$2" 2>/dev/null)
-  python3 -c "
-import json,sys
-r=json.loads(sys.argv[1]); r['trace']='$1'; r['round']='$round'; r['conf_given']='$2'; r['args']=''; r['build']='wgpool-old'
-print(json.dumps(r))
-print('$round old $1 $2 wall %.3f drv %.3f dev %.3f GB' % (r['wall_time_s'], r['driver_time_s'], r['device_memory_peak_bytes']/1e9), file=sys.stderr)
-" "$out" >> "$OUT/replay.jsonl" || echo "$1 $2 old: no report"
-}
+. docs/runs/table-helper.sh
 usable() {
   tail -1 "$OUT/replay.jsonl" | python3 -c "import json,sys; r=json.load(sys.stdin); f=r['runs'][0]; print('   wall %.3f + bind wait %.4f = %.3f s; drv %.3f; dev %.3f GB; rest replay %.3f' % (r['wall_time_s'], f['bind_wait_s'], r['wall_time_s'] + f['bind_wait_s'], f['driver_time_s'], r['device_memory_peak_bytes']/1e9, r['rest_median']['replay_time_s']))"
 }
