@@ -117,6 +117,37 @@ fn replay_on_the_gpu_reports_device_memory_and_driver_time_in_both_modes() {
     }
 }
 
+/// The device heap is read only with `--heap-watch`, in the first run and inside its time:
+/// without it no run makes a driver call of the harness's own (the timed runs stay what
+/// PyTorch's timed loop is), and the report has no heap figure.
+#[test]
+fn the_heap_is_read_only_with_heap_watch_and_in_the_first_run() {
+    let trace = trace_file();
+    let args = ["--scale", "4", "--repeat", "2"];
+    let plain = replay_gpu(&trace, &args);
+    assert!(plain["heap_usage_peak_bytes"].is_null(), "{plain}");
+    let runs = plain["runs"].as_array().expect("runs");
+    assert!(runs.iter().all(|r| r["heap_query_s"] == 0.0), "{plain}");
+
+    let watched = replay_gpu(&trace, &[&args[..], &["--heap-watch"]].concat());
+    let runs = watched["runs"].as_array().expect("runs");
+    assert_eq!(runs[1]["heap_query_s"], 0.0, "{watched}");
+    let first = &runs[0];
+    let reads = first["heap_query_s"].as_f64().unwrap();
+    assert!(reads <= first["replay_time_s"].as_f64().unwrap(), "{first}");
+    let budget = common::gpu()
+        .memory_info()
+        .is_some_and(|info| info.budget_supported);
+    if budget {
+        // The trace allocates device memory, so the first run read the heap at least once.
+        assert!(reads > 0.0, "{watched}");
+        assert!(watched["heap_usage_peak_bytes"].is_u64(), "{watched}");
+    } else {
+        assert!(watched["heap_usage_peak_bytes"].is_null(), "{watched}");
+    }
+    std::fs::remove_file(&trace).unwrap();
+}
+
 /// Issue 21: the pool's time per operation beside the engine's on the same operations, and
 /// `--repeat N`: N runs in one process, the cache released between them, the first run and
 /// the median of the rest reported. A replay puts no work on the GPU, so pages mode orders
@@ -131,10 +162,10 @@ fn replay_reports_the_pool_and_engine_time_per_operation_and_repeats() {
         assert_eq!(runs.len(), 3);
         for run in runs {
             let replay = run["replay_time_s"].as_f64().unwrap();
-            // The heap reads are left out of `replay_time_s` already.
             let outside = replay
                 - run["driver_time_s"].as_f64().unwrap()
-                - run["unmap_wait_s"].as_f64().unwrap();
+                - run["unmap_wait_s"].as_f64().unwrap()
+                - run["heap_query_s"].as_f64().unwrap();
             let ns = run["pool_ns_per_op"].as_f64().unwrap();
             assert!(ns > 0.0, "{run}");
             assert!(

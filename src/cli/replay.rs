@@ -84,6 +84,11 @@ pub struct ReplayArgs {
     /// replaying thread (PoolOptions::with_owner_bias(false)), to measure what the bias saves.
     #[arg(long, requires = "gpu")]
     no_owner_bias: bool,
+    /// With --gpu: read the device heap's usage (VK_EXT_memory_budget) after every change
+    /// of the pool's device memory in the first run, for heap_usage_peak_bytes. The reads
+    /// are driver calls inside the first run's time (heap_query_s): off by default.
+    #[arg(long, requires = "gpu")]
+    heap_watch: bool,
 }
 
 /// Default of `--history-entries`.
@@ -123,6 +128,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
             .with_repeat(args.repeat.unwrap_or(1))
             .with_keep_cache(args.keep_cache)
             .with_owner_bias(!args.no_owner_bias)
+            .with_heap_watch(args.heap_watch)
             .with_device_memory(device_memory);
         return super::replay_gpu::run(&trace, &args.file, &config, &options, args.json, warn);
     }

@@ -1,7 +1,7 @@
 //! Replaying a trace through a real pool on a GPU: device memory and driver time, beside the
 //! engine's figures.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -39,6 +39,13 @@ pub struct GpuReplayOptions {
     /// Bias the pool to the replaying thread ([`PoolOptions::with_owner_bias`], default
     /// `true`); `false` measures the pool with its locks taken on every operation.
     pub owner_bias: bool,
+    /// Read the device heap's usage (`VK_EXT_memory_budget`) after every change of the
+    /// pool's device memory in the first run, for
+    /// [`heap_usage_peak_bytes`](GpuReplayReport::heap_usage_peak_bytes) (default `false`).
+    /// The reads are driver calls inside the first run's time (its `heap_query_s`): on
+    /// NVIDIA a read can wait for binds in flight, 0.1-0.5 ms in pages mode, where
+    /// PyTorch's timed loop makes none. Off, no run reads the heap.
+    pub heap_watch: bool,
 }
 
 impl Default for GpuReplayOptions {
@@ -51,6 +58,7 @@ impl Default for GpuReplayOptions {
             engine_baseline: true,
             keep_cache: false,
             owner_bias: true,
+            heap_watch: false,
         }
     }
 }
@@ -98,6 +106,12 @@ impl GpuReplayOptions {
         self.owner_bias = owner_bias;
         self
     }
+
+    /// Reads the heap's usage in the first run, or not (see [`heap_watch`](Self::heap_watch)).
+    pub fn with_heap_watch(mut self, watch: bool) -> Self {
+        self.heap_watch = watch;
+        self
+    }
 }
 
 /// What one replay of the trace through the pool took (a run of
@@ -106,8 +120,7 @@ impl GpuReplayOptions {
 #[non_exhaustive]
 pub struct GpuReplayRun {
     /// The trace's operations alone, from the first to the last (pool creation, and freeing
-    /// what the trace leaves live, not included), less the replay's own reads of the heap
-    /// (`heap_query_s`).
+    /// what the trace leaves live, not included).
     pub replay_time_s: f64,
     /// Of `replay_time_s`: in the driver getting and giving back device memory (see
     /// [`GpuReplayReport::driver_time_s`]).
@@ -117,13 +130,14 @@ pub struct GpuReplayRun {
     /// Of `replay_time_s`: ordering GPU work before bytes reached through other wrappers
     /// are reused (pages mode).
     pub ordering_time_s: f64,
-    /// Not part of `replay_time_s` (timed around each read and left out of it): the
-    /// replay's own reads of the device heap's usage (`heap_usage_peak_bytes`, first run
-    /// only), which the driver may answer only after binds in flight are applied: the
-    /// harness's time, not the pool's.
+    /// Of `replay_time_s`: the replay's own reads of the device heap's usage
+    /// (`heap_usage_peak_bytes`; first run only, with [`GpuReplayOptions::heap_watch`]),
+    /// which the driver may answer only after binds in flight are applied: the harness's
+    /// time, not the pool's. 0 without the watch.
     pub heap_query_s: f64,
-    /// The pool's own time per operation: `replay_time_s` less driver time and waits, in
-    /// nanoseconds; what an allocation or free costs the caller beyond the driver.
+    /// The pool's own time per operation: `replay_time_s` less driver time, waits and the
+    /// heap queries, in nanoseconds; what an allocation or free costs the caller beyond the
+    /// driver.
     pub pool_ns_per_op: f64,
     /// After `replay_time_s` (not part of it): the wait until every bind the run submitted
     /// was applied on the GPU (pages mode; next to nothing for segments, which have no
@@ -168,10 +182,10 @@ pub struct GpuReplayReport {
     pub device_memory_peak_bytes: u64,
     /// `device_memory_peak_bytes / peak_reserved_bytes`.
     pub device_over_reserved: f64,
-    /// With `VK_EXT_memory_budget`: the peak over the replay of the heap's usage less its
-    /// usage before the pool existed. It counts every allocation on the heap (wgpu's own
-    /// included), so it checks `device_memory_peak_bytes` from outside; `null` without the
-    /// extension.
+    /// With [`GpuReplayOptions::heap_watch`] and `VK_EXT_memory_budget`: the peak over the
+    /// first run of the heap's usage less its usage before the pool existed. It counts
+    /// every allocation on the heap (wgpu's own included), so it checks
+    /// `device_memory_peak_bytes` from outside; `null` without the watch or the extension.
     pub heap_usage_peak_bytes: Option<u64>,
     /// Time in the driver getting and giving back device memory: `create_buffer` and
     /// `destroy` for segments; memory allocation and freeing, binds, and creating and
@@ -223,8 +237,7 @@ pub struct GpuReplayReport {
     /// Allocations that failed with out-of-memory.
     pub num_ooms: u64,
     /// Wall time of the first replay, pool creation included, up to the point where every
-    /// bind it submitted was applied (the first run's `bind_wait_s` included), less its
-    /// reads of the heap (`heap_query_s`).
+    /// bind it submitted was applied (the first run's `bind_wait_s` included).
     pub wall_time_s: f64,
     /// The first run's pool time per operation: the pool's time per operation
     /// outside driver calls and GPU waits.
@@ -322,7 +335,11 @@ pub fn replay_on_gpu(
     options: &GpuReplayOptions,
 ) -> Result<GpuReplayReport, GpuReplayError> {
     let start = Instant::now();
-    let heap_before = heap_usage(gpu);
+    let heap_before = if options.heap_watch {
+        heap_usage(gpu)
+    } else {
+        None
+    };
     let device_memory = options
         .device_memory
         .or_else(|| gpu.memory_info().and_then(|info| info.device_local_bytes()));
@@ -342,7 +359,7 @@ pub fn replay_on_gpu(
     let mut runs = Vec::new();
     let mut first = None;
     for run in 0..options.repeat.max(1) {
-        let mut heap = (run == 0).then_some(HeapWatch {
+        let mut heap = (run == 0 && options.heap_watch).then_some(HeapWatch {
             before: heap_before,
             peak: heap_before.map(|_| 0),
             changes: pool.device_memory_changes(),
@@ -352,9 +369,7 @@ pub fn replay_on_gpu(
         if run == 0 {
             let stats = pool.memory_stats();
             let usage = pool.device_memory_usage();
-            let heap_reads = Duration::from_secs_f64(outcome.run.heap_query_s);
-            let wall = start.elapsed().saturating_sub(heap_reads);
-            first = Some((outcome.peak_live, stats, usage, wall, heap));
+            first = Some((outcome.peak_live, stats, usage, start.elapsed(), heap));
         }
         runs.push(outcome.run);
         // Between runs the cache goes back to the device, as `torch.cuda.empty_cache()`,
@@ -457,7 +472,7 @@ fn replay_once(
         }
     };
     let before = pool.device_memory_usage();
-    let mut heap_query = Duration::ZERO;
+    let mut heap_query = std::time::Duration::ZERO;
     let start = Instant::now();
     for (i, op) in trace.ops.iter().enumerate() {
         match *op {
@@ -480,8 +495,7 @@ fn replay_once(
             }
         }
         // The heap is read only when the pool's device memory may have changed: the query
-        // is a driver call, and the check a load. The reads are timed and left out of the
-        // run's time: PyTorch's loop, which the run's time is set beside, makes none.
+        // is a driver call, and the check a load.
         if let Some(watch) = heap.as_deref_mut() {
             let changes = pool.device_memory_changes();
             if changes != watch.changes {
@@ -507,12 +521,12 @@ fn replay_once(
     let bind_wait = bind_wait.elapsed();
     let after = pool.device_memory_usage();
     drop(slots);
-    let seconds = |d: Duration| d.as_secs_f64();
+    let seconds = |d: std::time::Duration| d.as_secs_f64();
     let driver = after.driver_time.saturating_sub(before.driver_time);
     let waits = after.unmap_wait_time.saturating_sub(before.unmap_wait_time);
     let ops = trace.ops.len().max(1) as f64;
     let run = GpuReplayRun {
-        replay_time_s: seconds(elapsed.saturating_sub(heap_query)),
+        replay_time_s: seconds(elapsed),
         driver_time_s: seconds(driver),
         unmap_wait_s: seconds(waits),
         ordering_time_s: seconds(after.ordering_time.saturating_sub(before.ordering_time)),
