@@ -54,6 +54,55 @@ impl MappedRuns {
         }
     }
 
+    /// Marks `run` (not empty) mapped, joined with touching stretches, if no byte of it is
+    /// mapped; returns whether it did. One search: what [`Self::overlaps`] then
+    /// [`Self::map`] do with two.
+    pub fn map_if_unmapped(&mut self, run: &Range<u64>) -> bool {
+        debug_assert!(run.start < run.end);
+        let i = self.first_from(run.start);
+        let below = i.checked_sub(1).map(|j| self.runs[j].1);
+        let above = self.runs.get(i).map(|&(start, _)| start);
+        if below.is_some_and(|end| end > run.start) || above.is_some_and(|start| start < run.end) {
+            return false;
+        }
+        match (below == Some(run.start), above == Some(run.end)) {
+            (true, true) => {
+                self.runs[i - 1].1 = self.runs[i].1;
+                self.runs.remove(i);
+            }
+            (true, false) => self.runs[i - 1].1 = run.end,
+            (false, true) => self.runs[i].0 = run.start,
+            (false, false) => self.runs.insert(i, (run.start, run.end)),
+        }
+        true
+    }
+
+    /// Marks `run` (not empty) unmapped if every byte of it is mapped; returns whether it
+    /// did. One search: what [`Self::covers`] then [`Self::unmap`] do with two.
+    pub fn unmap_if_mapped(&mut self, run: &Range<u64>) -> bool {
+        debug_assert!(run.start < run.end);
+        let i = self.runs.partition_point(|&(start, _)| start <= run.start);
+        let Some(at) = i.checked_sub(1) else {
+            return false;
+        };
+        let (start, end) = self.runs[at];
+        if end < run.end {
+            return false;
+        }
+        match (start < run.start, run.end < end) {
+            (true, true) => {
+                self.runs[at].1 = run.start;
+                self.runs.insert(at + 1, (run.end, end));
+            }
+            (true, false) => self.runs[at].1 = run.start,
+            (false, true) => self.runs[at].0 = run.end,
+            (false, false) => {
+                self.runs.remove(at);
+            }
+        }
+        true
+    }
+
     /// Marks `run` (not empty, every byte of it mapped) unmapped.
     pub fn unmap(&mut self, run: &Range<u64>) {
         debug_assert!(run.start < run.end && self.covers(run));
@@ -121,12 +170,25 @@ mod tests {
                 runs.mapped_within(start, end),
                 pages.iter().filter(|&&m| m).count() as u64
             );
+            let before = runs.runs.clone();
+            let mut fused = runs.clone();
+            assert_eq!(fused.map_if_unmapped(&run), !any, "{run:?}");
+            let mut fused_unmap = runs.clone();
+            assert_eq!(fused_unmap.unmap_if_mapped(&run), all, "{run:?}");
             if !any {
                 runs.map(&run);
                 pages.fill(true);
+                assert_eq!(fused.runs, runs.runs);
             } else if all {
                 runs.unmap(&run);
                 pages.fill(false);
+                assert_eq!(fused_unmap.runs, runs.runs);
+            }
+            if any {
+                assert_eq!(fused.runs, before, "a refused map changes nothing");
+            }
+            if !all {
+                assert_eq!(fused_unmap.runs, before, "a refused unmap changes nothing");
             }
             assert_eq!(runs.total(), mapped.iter().filter(|&&m| m).count() as u64);
             for pair in runs.runs.windows(2) {

@@ -132,30 +132,36 @@ impl VirtualSegments {
         self.physical_peak = self.physical_peak.max(self.physical_bytes());
     }
 
-    /// Checks that `runs` are sorted, page aligned, non-empty and inside range `id`.
-    fn check_runs(&self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
-        let page = self.pages.map_or(1, |p| p.page);
-        let Some((size, _)) = self.range(id) else {
-            return Err(SourceError::other(format!("range {} is not live", id.0)));
-        };
-        let mut previous_end = 0;
-        for run in runs {
-            if run.start >= run.end
-                || run.start % page != 0
-                || run.end % page != 0
-                || run.end > *size
-                || run.start < previous_end
-            {
-                return Err(SourceError::other(format!(
-                    "range {}: run {run:?} is empty, unaligned to {page} B, outside {size} B or \
-                     out of order",
-                    id.0
-                )));
-            }
-            previous_end = run.end;
-        }
-        Ok(())
+    /// The page size runs must be aligned to.
+    fn page(&self) -> u64 {
+        self.pages.map_or(1, |p| p.page)
     }
+}
+
+/// Checks that `runs` are sorted, page aligned, non-empty and inside range `id` of `size`
+/// bytes.
+fn check_runs(id: SegmentId, size: u64, page: u64, runs: &[Range<u64>]) -> Result<(), SourceError> {
+    let mut previous_end = 0;
+    for run in runs {
+        if run.start >= run.end
+            || run.start % page != 0
+            || run.end % page != 0
+            || run.end > size
+            || run.start < previous_end
+        {
+            return Err(SourceError::other(format!(
+                "range {}: run {run:?} is empty, unaligned to {page} B, outside {size} B or \
+                 out of order",
+                id.0
+            )));
+        }
+        previous_end = run.end;
+    }
+    Ok(())
+}
+
+fn not_live(id: SegmentId) -> SourceError {
+    SourceError::other(format!("range {} is not live", id.0))
 }
 
 impl SegmentSource for VirtualSegments {
@@ -227,14 +233,37 @@ impl SegmentSource for VirtualSegments {
     }
 
     fn map_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
-        self.check_runs(id, runs)?;
-        let bytes: u64 = runs.iter().map(|r| r.end - r.start).sum();
-        let from_spare = bytes.min(self.spare_bytes);
-        let exceeds = self.would_exceed(bytes - from_spare);
-        let Some(Some((_, mapped))) = self.ranges.get_mut(id.0 as usize) else {
-            return Err(SourceError::other(format!("range {} is not live", id.0)));
+        let (page, spare, physical, limit) = (
+            self.page(),
+            self.spare_bytes,
+            self.physical_bytes(),
+            self.device_limit,
+        );
+        let Some(Some((size, mapped))) = self.ranges.get_mut(id.0 as usize) else {
+            return Err(not_live(id));
         };
-        if let Some(run) = runs.iter().find(|run| mapped.overlaps(run)) {
+        check_runs(id, *size, page, runs)?;
+        let bytes: u64 = runs.iter().map(|r| r.end - r.start).sum();
+        let from_spare = bytes.min(spare);
+        // `would_exceed`, with the range borrowed.
+        let exceeds =
+            limit.is_some_and(|limit| physical.saturating_add(bytes - from_spare) > limit);
+        // Runs are sorted and disjoint: mapping one leaves the others as they were, so each
+        // is checked and marked in one search, and a refusal undoes the runs marked before.
+        let refused = if exceeds {
+            runs.iter().find(|run| mapped.overlaps(run))
+        } else {
+            let marked = runs
+                .iter()
+                .take_while(|run| mapped.map_if_unmapped(run))
+                .count();
+            let refused = runs.get(marked);
+            if refused.is_some() {
+                runs[..marked].iter().for_each(|run| mapped.unmap(run));
+            }
+            refused
+        };
+        if let Some(run) = refused {
             return Err(SourceError::other(format!(
                 "range {}: {run:?} is already partly mapped",
                 id.0
@@ -242,12 +271,8 @@ impl SegmentSource for VirtualSegments {
         }
         if exceeds {
             return Err(SourceError::out_of_memory(format!(
-                "the simulated device has {} bytes in use of its limit",
-                self.physical_bytes()
+                "the simulated device has {physical} bytes in use of its limit"
             )));
-        }
-        for run in runs {
-            mapped.map(run);
         }
         self.spare_bytes -= from_spare;
         self.mapped_bytes += bytes;
@@ -258,18 +283,22 @@ impl SegmentSource for VirtualSegments {
     }
 
     fn unmap_pages(&mut self, id: SegmentId, runs: &[Range<u64>]) -> Result<(), SourceError> {
-        self.check_runs(id, runs)?;
-        let Some(Some((_, mapped))) = self.ranges.get_mut(id.0 as usize) else {
-            return Err(SourceError::other(format!("range {} is not live", id.0)));
+        let page = self.page();
+        let Some(Some((size, mapped))) = self.ranges.get_mut(id.0 as usize) else {
+            return Err(not_live(id));
         };
-        if let Some(run) = runs.iter().find(|run| !mapped.covers(run)) {
+        check_runs(id, *size, page, runs)?;
+        // As in `map_pages`: each run checked and marked in one search, undone on a refusal.
+        let marked = runs
+            .iter()
+            .take_while(|run| mapped.unmap_if_mapped(run))
+            .count();
+        if let Some(run) = runs.get(marked) {
+            runs[..marked].iter().for_each(|run| mapped.map(run));
             return Err(SourceError::other(format!(
                 "range {}: {run:?} is not wholly mapped",
                 id.0
             )));
-        }
-        for run in runs {
-            mapped.unmap(run);
         }
         let bytes: u64 = runs.iter().map(|r| r.end - r.start).sum();
         self.mapped_bytes -= bytes;
