@@ -233,8 +233,37 @@ impl EngineState {
         bytes: u64,
         source: &mut dyn SegmentSource,
     ) -> Result<u32, NoSegment> {
+        let prev = self.links.prev(block);
+        if bytes < self.blocks[block as usize].size() && self.links.is_free_block(prev) {
+            // The common case of compact placement: the mapped pages extend the free block
+            // below. Moving the border between the two blocks leaves the layout, the indexes
+            // and the idle pages as cutting and merging would, with no record made or freed.
+            self.map_checked(block, bytes, true, source)?;
+            return Ok(self.extend_into_unmapped(prev, block, bytes));
+        }
         self.map_front_checked(block, bytes, true, source)?;
         Ok(self.merge_free_block_unindexed(block))
+    }
+
+    /// Moves the first `bytes` of unmapped block `unmapped` (now mapped, fewer than its
+    /// size) into `free`, the free mapped block before it, which leaves the free index and
+    /// is listed among idle pages as the most recently freed, as a merge would. Returns
+    /// `free`.
+    fn extend_into_unmapped(&mut self, free: u32, unmapped: u32, bytes: u64) -> u32 {
+        debug_assert_eq!(self.links.next(free), unmapped);
+        let kind = self.blocks[free as usize].kind;
+        let free_key = self.key_of(free);
+        self.free_index[kind.index()].remove(&free_key);
+        self.pages.idle_pages.remove(free);
+        let old = self.key_of(unmapped);
+        self.blocks[free as usize].set_size(free_key.size + bytes);
+        let u = &mut self.blocks[unmapped as usize];
+        u.set_offset(u.offset() + bytes);
+        u.set_size(old.size - bytes);
+        self.index_unmapped_in_place_of(&old, unmapped);
+        self.mark_freed(free, kind);
+        self.pages_note_idle(free);
+        free
     }
 
     /// Maps the first `bytes` (whole pages) of unmapped block `block`, in one bind, with
@@ -263,6 +292,30 @@ impl EngineState {
         check_cap: bool,
         source: &mut dyn SegmentSource,
     ) -> Result<(), NoSegment> {
+        self.map_checked(block, bytes, check_cap, source)?;
+        let size = self.blocks[block as usize].size();
+        if bytes < size {
+            let whole = self.key_of(block);
+            let rest = self.cut(block, bytes);
+            self.links.set_unmapped(rest, true);
+            self.index_unmapped_in_place_of(&whole, rest);
+        } else {
+            self.unindex_unmapped(block);
+        }
+        self.links.set_unmapped(block, false);
+        Ok(())
+    }
+
+    /// Maps the first `bytes` of unmapped block `block` through the source, in one bind,
+    /// after the cap check if `check_cap`, and counts them; the layout is the caller's to
+    /// change. Fails, changing nothing, when the cap or the source refuses.
+    fn map_checked(
+        &mut self,
+        block: u32,
+        bytes: u64,
+        check_cap: bool,
+        source: &mut dyn SegmentSource,
+    ) -> Result<(), NoSegment> {
         let (kind, offset, size, segment) = {
             let b = &self.blocks[block as usize];
             (b.kind, b.offset(), b.size(), b.segment)
@@ -282,15 +335,6 @@ impl EngineState {
         source
             .map_pages(SegmentId(segment), std::slice::from_ref(&run))
             .map_err(NoSegment::Source)?;
-        if bytes < size {
-            let whole = self.key_of(block);
-            let rest = self.cut(block, bytes);
-            self.links.set_unmapped(rest, true);
-            self.index_unmapped_in_place_of(&whole, rest);
-        } else {
-            self.unindex_unmapped(block);
-        }
-        self.links.set_unmapped(block, false);
         let stats = &mut self.pages.stats;
         stats.spare_bytes -= bytes.min(spare);
         stats.mapped_total += bytes;

@@ -66,6 +66,13 @@ impl BlockRecord {
         (self.offset_granules as u64) << 9
     }
 
+    /// Moves the block in its segment: for a caller that moves its neighbour's border.
+    #[inline]
+    pub fn set_offset(&mut self, offset: u64) {
+        debug_assert!(offset % MIN_BLOCK_SIZE == 0 && offset <= MAX_SEGMENT_SIZE);
+        self.offset_granules = (offset >> 9) as u32;
+    }
+
     /// The virtual address: the segment's base plus the offset.
     #[inline]
     pub fn address(&self) -> u64 {
