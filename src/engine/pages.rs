@@ -372,6 +372,25 @@ impl EngineState {
         let key = self.key_of(block);
         self.free_index[kind.index()].remove(&key);
         let listed = self.pages.idle_pages.contains(block);
+        let next = self.links.next(block);
+        if run.start > offset && run.end == offset + size && self.links.is_unmapped_block(next) {
+            // The top pages of the block join the unmapped block after it: moving the border
+            // between the two leaves the layout, the indexes and the idle pages as cutting
+            // and merging would, with no record made or freed.
+            self.blocks[block as usize].set_size(run.start - offset);
+            let old = self.key_of(next);
+            let n = &mut self.blocks[next as usize];
+            n.set_offset(run.start);
+            n.set_size(old.size + (run.end - run.start));
+            self.index_unmapped_in_place_of(&old, next);
+            let key = self.key_of(block);
+            self.free_index[kind.index()].insert(key);
+            if listed && !holds_page(offset, run.start - offset, page) {
+                self.pages.idle_pages.remove(block);
+            }
+            self.count_unmapped(kind, run.end - run.start);
+            return;
+        }
         let mut middle = block;
         let mut head = None;
         if run.start > offset {
@@ -399,7 +418,11 @@ impl EngineState {
         }
         self.links.set_unmapped(middle, true);
         self.merge_unmapped(middle);
-        let bytes = run.end - run.start;
+        self.count_unmapped(kind, run.end - run.start);
+    }
+
+    /// Counts `bytes` of `kind` unmapped: spare now.
+    fn count_unmapped(&mut self, kind: SegmentKind, bytes: u64) {
         let stats = &mut self.pages.stats;
         stats.spare_bytes += bytes;
         stats.unmapped_total += bytes;
