@@ -140,6 +140,7 @@ impl VirtualSegments {
 
 /// Checks that `runs` are sorted, page aligned, non-empty and inside range `id` of `size`
 /// bytes.
+#[inline]
 fn check_runs(id: SegmentId, size: u64, page: u64, runs: &[Range<u64>]) -> Result<(), SourceError> {
     let mut previous_end = 0;
     for run in runs {
@@ -149,15 +150,21 @@ fn check_runs(id: SegmentId, size: u64, page: u64, runs: &[Range<u64>]) -> Resul
             || run.end > size
             || run.start < previous_end
         {
-            return Err(SourceError::other(format!(
-                "range {}: run {run:?} is empty, unaligned to {page} B, outside {size} B or \
-                 out of order",
-                id.0
-            )));
+            return Err(bad_run(id, run, size, page));
         }
         previous_end = run.end;
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn bad_run(id: SegmentId, run: &Range<u64>, size: u64, page: u64) -> SourceError {
+    SourceError::other(format!(
+        "range {}: run {run:?} is empty, unaligned to {page} B, outside {size} B or out of \
+         order",
+        id.0
+    ))
 }
 
 fn not_live(id: SegmentId) -> SourceError {
