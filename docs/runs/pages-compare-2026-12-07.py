@@ -3,6 +3,7 @@
 # reserved, maps or bytes mapped differ, and per group the mean ratio, worst ratio and mean churn.
 # Traces: /tmp/traces/gpt2-train.csv, /tmp/synth (tools/synth_traces.py), /tmp/ho/rmK/random-mix.csv
 # (K = 1..40), /tmp/ho/s101 and /tmp/ho/s202 (workloads), /tmp/oracle (tests/data/oracle, gunzipped).
+# Usage: python3 docs/runs/pages-compare-2026-12-07.py BEFORE AFTER [CONF]
 import glob, json, statistics, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
 before, after = sys.argv[1:3]
