@@ -105,23 +105,8 @@ impl MappedRuns {
 
     /// Marks `run` (not empty, every byte of it mapped) unmapped.
     pub fn unmap(&mut self, run: &Range<u64>) {
-        debug_assert!(run.start < run.end && self.covers(run));
-        let i = self.runs.partition_point(|&(start, _)| start <= run.start);
-        let Some(at) = i.checked_sub(1) else {
-            return;
-        };
-        let (start, end) = self.runs[at];
-        match (start < run.start, run.end < end) {
-            (true, true) => {
-                self.runs[at].1 = run.start;
-                self.runs.insert(at + 1, (run.end, end));
-            }
-            (true, false) => self.runs[at].1 = run.start,
-            (false, true) => self.runs[at].0 = run.end,
-            (false, false) => {
-                self.runs.remove(at);
-            }
-        }
+        let unmapped = self.unmap_if_mapped(run);
+        debug_assert!(unmapped, "{run:?} was not all mapped");
     }
 
     /// Bytes of `start..end` that are mapped.
