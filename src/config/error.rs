@@ -39,6 +39,16 @@ pub enum ConfigError {
         /// The allowed values, as the option table states them.
         allowed: &'static str,
     },
+    /// Two options whose values are each allowed but not together.
+    #[error("`{option}` cannot be combined with `{other}`: {reason}")]
+    Conflict {
+        /// The refused option and its value, as `key:value`.
+        option: &'static str,
+        /// The option it conflicts with, as `key:value`.
+        other: &'static str,
+        /// Why the two cannot go together.
+        reason: String,
+    },
     /// The string does not have the `key:value,key:value` shape.
     #[error(
         "malformed WGPOOL_CONF near `{}`: {reason}; expected comma-separated `key:value` pairs",

@@ -692,11 +692,11 @@ pub(crate) fn validate(c: &Config) -> Result<(), ConfigError> {
         check_number("per_process_memory_fraction", f, 0.0..=1.0)?;
     }
     if c.backend == Caching::Passthrough && c.expandable() == ExpandableSegments::True {
-        return Err(out_of_range(
-            "expandable_segments",
-            "True".into(),
-            "backend:passthrough gives every request a segment of its own and maps no pages".into(),
-        ));
+        return Err(ConfigError::Conflict {
+            option: "expandable_segments:True",
+            other: "backend:passthrough",
+            reason: "passthrough gives every request a segment of its own and maps no pages".into(),
+        });
     }
     check_number("compact_min_share", c.compact_min_share, 0.0..=1.0)?;
     check_number(

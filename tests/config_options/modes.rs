@@ -32,10 +32,33 @@ fn expandable_segments_takes_auto_true_and_false() {
         Config::parse("policy:pytorch").unwrap().expandable(),
         ExpandableSegments::False
     );
-    // Passthrough maps no pages.
-    let (key, _, reason, _) = invalid_value("backend:passthrough,expandable_segments:True");
-    assert_eq!(key, "expandable_segments");
-    assert!(reason.contains("passthrough"), "{reason}");
+    // Passthrough maps no pages: each value is allowed, the two together are not, and the
+    // message names both.
+    for conf in [
+        "backend:passthrough,expandable_segments:True",
+        "expandable_segments:true,backend:passthrough",
+    ] {
+        let error = Config::parse(conf).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                ConfigError::Conflict {
+                    option: "expandable_segments:True",
+                    other: "backend:passthrough",
+                    ..
+                }
+            ),
+            "{conf}: {error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("expandable_segments:True")
+                && message.contains("backend:passthrough")
+                && message.contains("maps no pages")
+                && !message.contains("allowed"),
+            "{message}"
+        );
+    }
 }
 
 /// The memory mode follows `expandable_segments` and what the source can do, and
