@@ -3,9 +3,10 @@
 # with PyTorch 2.11 in the same rounds: b244e2c (.dev/wgpool-old, the build the issue was
 # filed on, one run) against this session's build (.dev/wgpool, .dev/COMMIT, `--repeat 5`),
 # both modes, interleaved rounds (ROUNDS, default 3) until STOP_AT seconds (default 330);
-# then one `--heap-watch` replay of each trace and mode by this build (the heap's usage
-# beside the pool's own peak), then the engine alone against b244e2c (SKIP_ENGINE=1 leaves
-# it out). ONLY_TRACES="..." replays only those. Carry [".gl", ".dev"].
+# then one `--repeat 9 --keep-cache` replay of each trace and mode by this build (the hot
+# path: pool over engine with cached memory), one `--heap-watch` replay of each (the heap's
+# usage beside the pool's own peak), then the engine alone against b244e2c (SKIP_ENGINE=1
+# leaves it out). ONLY_TRACES="..." replays only those. Carry [".gl", ".dev"].
 set -uo pipefail
 ROUNDS=${ROUNDS:-3}
 STOP_AT=${STOP_AT:-330}
@@ -22,6 +23,12 @@ for round in $(seq 1 "$ROUNDS"); do
       old $t $conf
       wg $t $conf "--repeat 5" wgpool; usable
     done
+  done
+done
+round=hot
+for t in $TRACES; do
+  for conf in expandable_segments:True expandable_segments:False; do
+    wg $t $conf "--repeat 9 --keep-cache" wgpool
   done
 done
 round=heap
