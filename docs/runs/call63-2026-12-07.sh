@@ -12,7 +12,8 @@
 # allocator from C++ (native and expandable segments, `--repeat 5`), b244e2c in both modes,
 # this build and 5dd1280 in both modes (`--repeat 5`). Rounds stop once STOP_AT seconds
 # (default 400) have passed; then the engine alone (SKIP_ENGINE=1 leaves it out).
-# ONLY_TRACES="..." replays only those traces, NO_OLD=1 leaves b244e2c out.
+# ONLY_TRACES="..." replays only those traces, NO_OLD=1 leaves b244e2c out, NO_PREV=1
+# leaves 5dd1280 out.
 # Carry [".gl", ".dev"]. (The heap-read figure of each line reads the report's
 # `heap_query_s` where a build put it there, 99ac9fb, and the first run's otherwise; call 63
 # ran with the second form alone, which printed the same for its builds.)
@@ -31,8 +32,20 @@ for round in $(seq 1 "$ROUNDS"); do
     for conf in expandable_segments:True expandable_segments:False; do
       [ -n "${NO_OLD:-}" ] || old $t $conf
       wg $t $conf "--repeat 5" wgpool; usable
-      wg $t $conf "--repeat 5" wgpool-prev; usable
+      [ -n "${NO_PREV:-}" ] || { wg $t $conf "--repeat 5" wgpool-prev; usable; }
     done
+  done
+done
+# Added for call 65 (off unless asked): HOT=1, the hot path (`--repeat 9 --keep-cache`) of
+# each trace and mode by this build; HEAP=1, one `--heap-watch` replay of each.
+for t in ${HOT:+$TRACES}; do
+  for conf in expandable_segments:True expandable_segments:False; do
+    round=hot wg $t $conf "--repeat 9 --keep-cache" wgpool
+  done
+done
+for t in ${HEAP:+$TRACES}; do
+  for conf in expandable_segments:True expandable_segments:False; do
+    round=heap wg $t $conf "--heap-watch" wgpool; usable
   done
 done
 [ -n "${SKIP_ENGINE:-}" ] && { date -u; exit 0; }
