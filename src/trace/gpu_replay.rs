@@ -359,9 +359,10 @@ pub fn replay_on_gpu(
     let mut runs = Vec::new();
     let mut first = None;
     for run in 0..options.repeat.max(1) {
-        let mut heap = (run == 0 && options.heap_watch).then_some(HeapWatch {
-            before: heap_before,
-            peak: heap_before.map(|_| 0),
+        // Watched only where the heap could be read before the pool existed.
+        let mut heap = heap_before.filter(|_| run == 0).map(|before| HeapWatch {
+            before,
+            peak: 0,
             changes: pool.device_memory_changes(),
         });
         let outcome = replay_once(&scaled, &pool, gpu, heap.as_mut())?;
@@ -401,7 +402,7 @@ pub fn replay_on_gpu(
         peak_allocated_bytes: stats.allocated_bytes.all.peak,
         device_memory_peak_bytes: usage.device_bytes_peak,
         device_over_reserved: ratio(usage.device_bytes_peak, peak_reserved),
-        heap_usage_peak_bytes: heap.and_then(|watch| watch.peak),
+        heap_usage_peak_bytes: heap.map(|watch| watch.peak),
         driver_time_s: usage.driver_time.as_secs_f64(),
         allocation_time_s: usage.allocation_time.as_secs_f64(),
         background_allocation_time_s: usage.background_allocation_time.as_secs_f64(),
@@ -440,8 +441,10 @@ pub fn replay_on_gpu(
 
 /// The device heap's usage while the pool runs, read when the pool's device memory changed.
 struct HeapWatch {
-    before: Option<u64>,
-    peak: Option<u64>,
+    /// The heap's usage before the pool existed.
+    before: u64,
+    /// The peak of the usage less `before`.
+    peak: u64,
     /// The pool's device-memory change counter when last read.
     changes: u64,
 }
@@ -501,10 +504,8 @@ fn replay_once(
             if changes != watch.changes {
                 let queried = Instant::now();
                 watch.changes = changes;
-                if let (Some(before), Some(peak), Some(usage)) =
-                    (watch.before, watch.peak.as_mut(), heap_usage(gpu))
-                {
-                    *peak = (*peak).max(usage.saturating_sub(before));
+                if let Some(usage) = heap_usage(gpu) {
+                    watch.peak = watch.peak.max(usage.saturating_sub(watch.before));
                 }
                 heap_query += queried.elapsed();
             }
