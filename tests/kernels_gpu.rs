@@ -1109,11 +1109,22 @@ fn cli_bench_conf_chooses_the_pool_placements_memory_mode() {
         assert_eq!(row["trace"], "gpt2-train", "{row}");
         assert_eq!(row["ops"], 17479, "{row}");
         assert!(row["runs"].as_u64().unwrap() >= 2, "{row}");
-        for key in ["cached_ns", "pool_ns_per_op", "engine_ns_per_op"] {
+        for key in [
+            "cached_ns",
+            "pool_ns_per_op",
+            "engine_ns_per_op",
+            "hot_pool_ns_per_op",
+            "hot_engine_ns_per_op",
+        ] {
             assert!(row[key].as_f64().unwrap() > 0.0, "{key}: {row}");
         }
-        let ratio =
-            row["pool_ns_per_op"].as_f64().unwrap() / row["engine_ns_per_op"].as_f64().unwrap();
-        assert!((row["pool_over_engine"].as_f64().unwrap() - ratio).abs() < 1e-9);
+        for prefix in ["", "hot_"] {
+            let figure = |name: &str| row[format!("{prefix}{name}")].as_f64().unwrap();
+            let ratio = figure("pool_ns_per_op") / figure("engine_ns_per_op");
+            assert!(
+                (figure("pool_over_engine") - ratio).abs() < 1e-9,
+                "{prefix}: {row}"
+            );
+        }
     }
 }

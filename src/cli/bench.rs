@@ -316,16 +316,20 @@ fn bench_on(
         for row in &alloc.rows {
             text.push_str(&format!(
                 "  {:<8} cached block {:.0} ns; {} (sizes / {}, median of {} runs after the \
-                 first): pool {:.0} ns/op outside driver calls, engine alone {:.0} ns/op \
-                 ({:.2}x)\n",
+                 first), pool ns/op outside driver calls: {:.0} with the cache kept (hot \
+                 path), {:.2}x the engine alone's {:.0}; {:.0} from an empty cache, {:.2}x \
+                 its {:.0}\n",
                 row.mode.to_string(),
                 row.cached_ns,
                 row.trace,
                 row.scale,
                 row.runs - 1,
+                row.hot_pool_ns_per_op,
+                row.hot_pool_over_engine,
+                row.hot_engine_ns_per_op,
                 row.pool_ns_per_op,
+                row.pool_over_engine,
                 row.engine_ns_per_op,
-                row.pool_over_engine
             ));
         }
         if let Some(t) = &transfers {
