@@ -6,13 +6,7 @@ set -uo pipefail
 . docs/runs/device-env.sh
 cat .dev/COMMIT
 mkdir -p /tmp/t && tar xzf .dev/tests.tgz -C /tmp/t
-for t in sparse_gpu pool_gpu kernels_gpu staging_gpu overflow_gpu residency_gpu \
+. docs/runs/test-binaries.sh
+run_test_binaries sparse_gpu pool_gpu kernels_gpu staging_gpu overflow_gpu residency_gpu \
   residency_copies_gpu reserve_gpu bindings_gpu capabilities_gpu monitor_gpu pool_history_gpu \
-  bench_oversubscription_gpu; do
-  start=$(date +%s)
-  timeout 150 /tmp/t/tests/$t --test-threads 1 > "$OUT/$t.txt" 2>&1
-  rc=$?
-  echo "== $t: exit $rc in $(( $(date +%s) - start )) s :: $(grep -E '^test result' "$OUT/$t.txt" | cut -c1-90)"
-  grep -E "^test .* FAILED$" "$OUT/$t.txt" | head -8
-  [ $rc -ne 0 ] && grep -E "panicked at" -A2 "$OUT/$t.txt" | head -12
-done
+  bench_oversubscription_gpu
