@@ -66,8 +66,8 @@ pub struct AllocRow {
     pub pool_over_engine: f64,
     /// The same with the cache kept between runs (`replay --gpu --repeat --keep-cache`):
     /// the runs after the first reuse cached memory, so nearly every allocation and free
-    /// needs no driver call. This is the pool's hot path, the figure issue 21 bounds at
-    /// 1.5x the engine.
+    /// needs no driver call: the pool's hot path, which wgpool aims to keep within 1.5x of
+    /// the engine alone.
     pub hot_pool_ns_per_op: f64,
     /// The engine alone, measured again beside the hot runs (the same trace and
     /// configuration as `engine_ns_per_op`, so the two differ only by the machine's noise).
