@@ -185,6 +185,10 @@ pub struct Config {
     /// `compact_page_slack` as soon as that shows, instead of over the ramp
     /// (`compact_slack_on_growth`).
     pub compact_slack_on_growth: bool,
+    /// `policy:compact` in pages mode: the most a miss of the small kind maps beyond its own
+    /// pages, in KiB, bounded by 1/512 of the peak of live memory (`compact_small_map_kb`;
+    /// 0: exactly its own pages).
+    pub compact_small_map_kb: u32,
     /// `policy:compact` in segments mode: whether a request that `compact_min_share` keeps
     /// out of every idle segment shares one rather than release one to make room for its
     /// own (`compact_share_idle`).
@@ -221,6 +225,7 @@ impl Default for Config {
             compact_page_slack: 0.008,
             compact_slack_ramp: 0.3,
             compact_slack_on_growth: true,
+            compact_small_map_kb: 2048,
             compact_share_idle: true,
             page_reserve_chunks: 0,
             page_bind_batch: 16,
@@ -282,6 +287,8 @@ builders! {
     with_compact_slack_ramp: compact_slack_ramp: f64;
     /// Sets `compact_slack_on_growth`.
     with_compact_slack_on_growth: compact_slack_on_growth: bool;
+    /// Sets `compact_small_map_kb`.
+    with_compact_small_map_kb: compact_small_map_kb: u32;
     /// Sets `compact_share_idle`.
     with_compact_share_idle: compact_share_idle: bool;
     /// Sets `page_reserve_chunks`.

@@ -261,9 +261,13 @@ fn compact_recycle_rate_bounds_the_bytes_recycled_and_lowers_the_peak() {
     let default = run(0.1);
     let high = run(10.0);
     // A budget that grows with the bytes requested keeps recycling where the fixed one has
-    // run out: more bytes recycled, less memory taken.
+    // run out: more bytes recycled, less memory taken. (Between two larger budgets the
+    // bytes recycled need not be ordered: the slack at each miss grows as the bytes mapped
+    // near the budget of that moment, which grows with the bytes requested so far, so the
+    // rates place some requests differently; here the default recycled 6% more than rate
+    // 10, for the same peak.)
     assert!(fixed.unmapped_bytes_total < default.unmapped_bytes_total);
-    assert!(default.unmapped_bytes_total <= high.unmapped_bytes_total);
+    assert!(fixed.unmapped_bytes_total < high.unmapped_bytes_total);
     assert!(
         default.peak_reserved_bytes < fixed.peak_reserved_bytes,
         "{default:?} {fixed:?}"
@@ -509,4 +513,63 @@ fn compact_slack_on_growth_earns_the_slack_for_a_decode_and_leaves_training_alon
     );
     invalid_value("compact_slack_on_growth:soon");
     invalid_value("compact_slack_on_growth:2");
+}
+
+// ---------------------------------------------------------------------------------------
+// compact_small_map_kb
+// ---------------------------------------------------------------------------------------
+
+/// A miss of the small kind maps a granule beyond its own pages, so that the small requests
+/// after it find mapped memory: on GPT-2 training fewer maps for the same peak; 0 maps
+/// exactly the pages each request needs.
+#[test]
+fn compact_small_map_kb_maps_small_misses_in_granules_for_the_same_peak() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gpt2-train.csv");
+    let training = wgpool::trace::parse_trace(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let granules = replay_in_pages(&training, "");
+    let exact = replay_in_pages(&training, "compact_small_map_kb:0");
+    assert!(
+        granules.segments_created + 20 <= exact.segments_created,
+        "{granules:?} {exact:?}"
+    );
+    assert_eq!(granules.peak_reserved_bytes, exact.peak_reserved_bytes);
+    assert_eq!(Config::default().compact_small_map_kb, 2048);
+    assert_eq!(
+        Config::parse("compact_small_map_kb:0")
+            .unwrap()
+            .compact_small_map_kb,
+        0
+    );
+    assert_eq!(
+        Config::default()
+            .with_compact_small_map_kb(64)
+            .compact_small_map_kb,
+        64
+    );
+    invalid_value("compact_small_map_kb:65537");
+    invalid_value("compact_small_map_kb:-1");
+    invalid_value("compact_small_map_kb:big");
+}
+
+/// Under a cap a small request that its own pages would serve is never refused for the
+/// granule: 0.5 MiB under a 128 MiB cap holds eight requests of one 64 KiB page each,
+/// granules or not, and the ninth is out of memory either way.
+#[test]
+fn compact_small_map_kb_never_costs_a_request_its_place_under_a_cap() {
+    let mut csv = format!(
+        "action,id,size,stream\nalloc,1,{},0\n",
+        127 * MIB + 512 * KIB
+    );
+    for id in 2..=10 {
+        csv.push_str(&format!("alloc,{id},65024,0\n"));
+    }
+    let trace = wgpool::trace::parse_trace(&csv).unwrap();
+    for conf in [
+        "memory_limit_mb:128",
+        "memory_limit_mb:128,compact_small_map_kb:0",
+    ] {
+        let report = replay_in_pages(&trace, conf);
+        assert_eq!(report.num_ooms, 1, "{conf}: {report:?}");
+        assert_eq!(report.peak_reserved_bytes, 128 * MIB, "{conf}: {report:?}");
+    }
 }

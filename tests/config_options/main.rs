@@ -51,6 +51,7 @@ const TESTED_KEYS: &[&str] = &[
     "compact_page_slack",
     "compact_slack_ramp",
     "compact_slack_on_growth",
+    "compact_small_map_kb",
     "compact_share_idle",
     "page_reserve_chunks",
     "page_bind_batch",

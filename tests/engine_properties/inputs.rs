@@ -263,6 +263,8 @@ pub fn setup_strategy(shape: Shape) -> impl Strategy<Value = SegmentSetup> {
         prop::option::weighted(0.2, any::<bool>()).prop_map(keyed("compact_slack_on_growth")),
         prop::option::weighted(0.1, 1u32..=256).prop_map(keyed("page_bind_batch")),
         prop::option::weighted(0.2, any::<bool>()).prop_map(keyed("compact_share_idle")),
+        prop::option::weighted(0.2, prop_oneof![0u32..=64, 0u32..=65536])
+            .prop_map(keyed("compact_small_map_kb")),
     );
     let limits = (
         prop::option::weighted(0.85, (1u64..=32).prop_map(|g| g * GIB)),
@@ -274,7 +276,7 @@ pub fn setup_strategy(shape: Shape) -> impl Strategy<Value = SegmentSetup> {
         let (device_memory, mut device_limit, max_segment_size, fallback_mb) = l;
         let parts: Vec<String> = [
             o.0, o.1, o.2, o.3, o.4, o.5, o.6, o.7, o.8, o.9, o.10, o.11, k.0, k.1, k.2, k.3, k.4,
-            k.5, k.6, k.7, k.8, k.9,
+            k.5, k.6, k.7, k.8, k.9, k.10,
         ]
         .into_iter()
         .flatten()
@@ -383,6 +385,8 @@ pub fn page_setup_strategy(limited: bool) -> impl Strategy<Value = PageSetup> {
         prop::option::weighted(0.2, any::<bool>()).prop_map(keyed("compact_slack_on_growth")),
         prop::option::weighted(0.1, 1u32..=256).prop_map(keyed("page_bind_batch")),
         prop::option::weighted(0.2, any::<bool>()).prop_map(keyed("compact_share_idle")),
+        prop::option::weighted(0.2, prop_oneof![0u32..=64, 0u32..=65536])
+            .prop_map(keyed("compact_small_map_kb")),
     );
     let device = (
         any::<bool>(),
@@ -403,7 +407,7 @@ pub fn page_setup_strategy(limited: bool) -> impl Strategy<Value = PageSetup> {
         }
         let parts: Vec<String> = [
             o.1, o.2, o.3, o.4, gc, o.6, o.7, o.8, o.9, o.10, k.0, k.1, k.2, k.3, k.4, k.5, k.6,
-            k.7, k.8, k.9,
+            k.7, k.8, k.9, k.10,
         ]
         .into_iter()
         .flatten()
