@@ -488,11 +488,7 @@ pub const OPTIONS: &[OptionSpec] = &[
                   random mixes recorded under a cap). 0 maps exactly the pages a request \
                   needs.",
         apply: |c, v| {
-            let n = parse_u64(v.scalar()?)?;
-            if n > MAX_SMALL_MAP_KB {
-                return Err(format!("{n} is above the maximum of {MAX_SMALL_MAP_KB}"));
-            }
-            c.compact_small_map_kb = n as u32;
+            c.compact_small_map_kb = parse_u32_at_most(v.scalar()?, MAX_SMALL_MAP_KB)?;
             Ok(())
         },
         render: |c| c.compact_small_map_kb.to_string(),
@@ -561,11 +557,7 @@ pub const OPTIONS: &[OptionSpec] = &[
                   did not pay for itself on replays) allocates on the requesting thread \
                   only.",
         apply: |c, v| {
-            let n = parse_u64(v.scalar()?)?;
-            if n > MAX_RESERVE_CHUNKS {
-                return Err(format!("{n} is above the maximum of {MAX_RESERVE_CHUNKS}"));
-            }
-            c.page_reserve_chunks = n as u32;
+            c.page_reserve_chunks = parse_u32_at_most(v.scalar()?, MAX_RESERVE_CHUNKS)?;
             Ok(())
         },
         render: |c| c.page_reserve_chunks.to_string(),
@@ -608,6 +600,15 @@ const MAX_SMALL_MAP_KB: u64 = 65536;
 const MAX_RESERVE_CHUNKS: u64 = 8;
 
 /// A number within `range`, or why not.
+/// A non-negative integer of at most `max` (which fits a `u32`).
+fn parse_u32_at_most(text: &str, max: u64) -> Result<u32, String> {
+    let n = parse_u64(text)?;
+    if n > max {
+        return Err(format!("{n} is above the maximum of {max}"));
+    }
+    Ok(n as u32)
+}
+
 fn parse_f64_within(text: &str, range: std::ops::RangeInclusive<f64>) -> Result<f64, String> {
     let value = parse_f64(text)?;
     if !range.contains(&value) {
