@@ -185,8 +185,8 @@ pub struct Config {
     /// `compact_page_slack` as soon as that shows, instead of over the ramp
     /// (`compact_slack_on_growth`).
     pub compact_slack_on_growth: bool,
-    /// `policy:compact` in pages mode: the most a miss of the small kind maps beyond its own
-    /// pages, in KiB, bounded by 1/512 of the peak of live memory (`compact_small_map_kb`;
+    /// `policy:compact` in pages mode: how much a miss of the small kind maps, its own pages
+    /// included, in KiB, at most 1/512 of the peak of live memory (`compact_small_map_kb`;
     /// 0: exactly its own pages).
     pub compact_small_map_kb: u32,
     /// `policy:compact` in segments mode: whether a request that `compact_min_share` keeps

@@ -476,11 +476,11 @@ pub const OPTIONS: &[OptionSpec] = &[
         key: "compact_small_map_kb",
         default: "2048",
         allowed: "an integer from 0 to 65536",
-        meaning: "`policy:compact` in pages mode only. The most a miss of the small kind \
-                  (blocks up to 1 MiB) maps beyond its own pages, in KiB: at least this much \
-                  or 1/512 of the peak of live memory, whichever is less, where the \
-                  unmapped space has room and the cap allows it, so that the small requests \
-                  after it find mapped memory instead of missing one by one. Over the 103 \
+        meaning: "`policy:compact` in pages mode only. How much a miss of the small kind \
+                  (blocks up to 1 MiB) maps, its own pages included, in KiB: this much or \
+                  1/512 of the peak of live memory, whichever is less, where the unmapped \
+                  space has room and the cap allows it, so that the small requests after it \
+                  find mapped memory instead of missing one by one. Over the 103 \
                   traces of docs/BENCHMARKS.md the default maps 24% fewer times than 0 \
                   (ResNet training 450 to 236, a KV-cache decode 437 to 211, a serving trace \
                   1,911 to 657) and holds the same memory on average (at most 0.13% more of \
@@ -599,8 +599,7 @@ const MAX_SMALL_MAP_KB: u64 = 65536;
 /// memory in chunks, so 8 may hold 6% beyond it.
 const MAX_RESERVE_CHUNKS: u64 = 8;
 
-/// A number within `range`, or why not.
-/// A non-negative integer of at most `max` (which fits a `u32`).
+/// A non-negative integer of at most `max` (which fits a `u32`), or why not.
 fn parse_u32_at_most(text: &str, max: u64) -> Result<u32, String> {
     let n = parse_u64(text)?;
     if n > max {
@@ -609,6 +608,7 @@ fn parse_u32_at_most(text: &str, max: u64) -> Result<u32, String> {
     Ok(n as u32)
 }
 
+/// A number within `range`, or why not.
 fn parse_f64_within(text: &str, range: std::ops::RangeInclusive<f64>) -> Result<f64, String> {
     let value = parse_f64(text)?;
     if !range.contains(&value) {

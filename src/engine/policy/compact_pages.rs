@@ -6,7 +6,7 @@
 //! - On a miss, the request goes where mapping it costs least: next to the unmapped block
 //!   (in its kind's range on its stream) whose mapped free neighbour below covers most of
 //!   it, the smallest such run first; a new range only when no run can hold it.
-//! - A miss of the small kind (blocks up to 1 MiB) maps a granule beyond its own pages
+//! - A miss of the small kind (blocks up to 1 MiB) maps a granule, its own pages included
 //!   (`compact_small_map_kb`, default 2 MiB, at most 1/512 of the peak of live memory)
 //!   where the unmapped space has room and the cap allows it, so that the small requests
 //!   after it find mapped memory instead of missing one by one.
@@ -62,8 +62,8 @@ const CHURN_RAMP: f64 = 1.0;
 /// budget.
 const SLACK_MAX: f64 = 0.3;
 
-/// A small miss maps at most this fraction of the peak of live memory beyond its own
-/// pages, so that a small pool is not rounded up to `compact_small_map_kb` steps.
+/// A small miss's granule is at most this fraction of the peak of live memory, so that a
+/// small pool is not rounded up to `compact_small_map_kb` steps.
 const SMALL_MAP_SHARE: u64 = 512;
 
 /// `found`, widened for a request of the small kind to map at least the small granule
