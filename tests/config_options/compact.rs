@@ -573,3 +573,22 @@ fn compact_small_map_kb_never_costs_a_request_its_place_under_a_cap() {
         assert_eq!(report.peak_reserved_bytes, 128 * MIB, "{conf}: {report:?}");
     }
 }
+
+/// The same where the device, not a cap, runs out: the source refuses the granule, and the
+/// retry chain maps exactly the page the request needs.
+#[test]
+fn compact_small_map_kb_never_costs_a_request_its_place_on_a_full_device() {
+    for conf in ["", "compact_small_map_kb:0"] {
+        let pages = Some(VirtualSegments::H200_PAGES);
+        let limits = EngineLimits::unlimited().with_page_mapping(pages);
+        let mut pool = CheckedEngine::with_limits(conf, limits);
+        pool.device = VirtualSegments::with_device_limit(128 * MIB).with_pages(pages);
+        assert_eq!(pool.engine.memory_mode(), MemoryMode::Pages);
+        pool.alloc(127 * MIB + 512 * KIB);
+        for _ in 0..8 {
+            pool.alloc(65024);
+        }
+        assert!(pool.try_alloc(65024).is_err(), "`{conf}`");
+        assert_eq!(pool.device.physical_bytes(), 128 * MIB, "`{conf}`");
+    }
+}
