@@ -740,25 +740,33 @@ pub(crate) fn validate(c: &Config) -> Result<(), ConfigError> {
     check_number("compact_recycle_rate", c.compact_recycle_rate, 0.0..=100.0)?;
     check_number("compact_page_slack", c.compact_page_slack, 0.0..=1.0)?;
     check_number("compact_slack_ramp", c.compact_slack_ramp, 0.0..=10.0)?;
-    if u64::from(c.compact_small_map_kb) > MAX_SMALL_MAP_KB {
-        return Err(out_of_range(
-            "compact_small_map_kb",
-            c.compact_small_map_kb.to_string(),
-            format!("above the maximum of {MAX_SMALL_MAP_KB}"),
-        ));
-    }
-    if u64::from(c.page_reserve_chunks) > MAX_RESERVE_CHUNKS {
-        return Err(out_of_range(
-            "page_reserve_chunks",
-            c.page_reserve_chunks.to_string(),
-            format!("above the maximum of {MAX_RESERVE_CHUNKS}"),
-        ));
-    }
+    check_at_most(
+        "compact_small_map_kb",
+        c.compact_small_map_kb,
+        MAX_SMALL_MAP_KB,
+    )?;
+    check_at_most(
+        "page_reserve_chunks",
+        c.page_reserve_chunks,
+        MAX_RESERVE_CHUNKS,
+    )?;
     if !(1..=MAX_BIND_BATCH).contains(&u64::from(c.page_bind_batch)) {
         return Err(out_of_range(
             "page_bind_batch",
             c.page_bind_batch.to_string(),
             format!("outside 1 to {MAX_BIND_BATCH}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a builder-set integer `value` of option `key` above `max`.
+fn check_at_most(key: &'static str, value: u32, max: u64) -> Result<(), ConfigError> {
+    if u64::from(value) > max {
+        return Err(out_of_range(
+            key,
+            value.to_string(),
+            format!("above the maximum of {max}"),
         ));
     }
     Ok(())

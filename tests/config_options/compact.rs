@@ -546,6 +546,18 @@ fn compact_small_map_kb_maps_small_misses_in_granules_for_the_same_peak() {
             .compact_small_map_kb,
         64
     );
+    assert!(
+        Config::default()
+            .with_compact_small_map_kb(65537)
+            .validate()
+            .is_err()
+    );
+    assert!(
+        Config::default()
+            .with_compact_small_map_kb(65536)
+            .validate()
+            .is_ok()
+    );
     invalid_value("compact_small_map_kb:65537");
     invalid_value("compact_small_map_kb:-1");
     invalid_value("compact_small_map_kb:big");
