@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Call 74 (2026-12-07, twentieth session): on whatever card comes (the table of issue 21 asks
-# for an H200), issue 21's table in one run -- b244e2c (the build the issue was filed on) and
-# this session's build in both modes, PyTorch 2.11's caching allocator beside them, the hot
-# path (`--repeat 9 --keep-cache`) and the engine alone -- then every GPU test binary at the
-# commit in .dev/COMMIT-tests (call 73's script). Carry [".gl", ".dev"]: .dev/wgpool,
-# .dev/wgpool-old, .dev/tests.txz.
+# Call 74 (2026-12-07, twentieth session), on whatever card comes: every GPU test binary at
+# the commit in .dev/COMMIT-tests (call 73's script) first, then issue 21's table in one
+# round -- b244e2c (the build the issue was filed on) and this session's build in both modes,
+# PyTorch 2.11's caching allocator beside them, the hot path (`--repeat 9 --keep-cache`)
+# and the engine alone (call 63's script with NO_PREV=1 HOT=1). Carry [".gl", ".dev"]:
+# .dev/wgpool, .dev/wgpool-old, .dev/tests.txz.
 set -uo pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-NO_PREV=1 HOT=1 ROUNDS=${ROUNDS:-2} STOP_AT=${STOP_AT:-200} bash docs/runs/call63-2026-12-07.sh \
-  > "$OUT/table-log.txt" 2>&1
-tail -4 "$OUT/table-log.txt"
 bash docs/runs/call73-2026-12-07.sh > /dev/null 2>&1
-grep -E "^== |FAILED|panicked" "$OUT/log.txt" | head -60
+grep -E "^== |FAILED|panicked|H100|H200" "$OUT/log.txt" | head -60
+NO_PREV=1 HOT=1 ROUNDS=${ROUNDS:-1} STOP_AT=${STOP_AT:-100} bash docs/runs/call63-2026-12-07.sh \
+  > "$OUT/table-log.txt" 2>&1
+grep -vE "^   loop" "$OUT/table-log.txt" | tail -40
