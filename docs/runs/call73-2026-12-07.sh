@@ -6,15 +6,11 @@
 # granule, 19d4818). .dev/tests.txz holds the debug test binaries and the debug `wgpool`
 # binary, stripped (`tar cf - tests wgpool | xz --lzma2=preset=6,dict=320MiB`). The tests
 # that run the CLI find it where cargo built it (/work/main/target/debug/wgpool) and read
-# the repository's files from /work/main: both are made here when missing. Carry [".gl",
-# ".dev"].
+# the repository's files from /work/main: both are made here when missing. The set-up is
+# device-env.sh's (its log is $OUT/log.txt). Carry [".gl", ".dev"].
 set -uo pipefail
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-exec > >(tee "$OUT/log.txt") 2>&1
-export WGPU_BACKEND=vulkan
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-[ -f "$icd" ] && export VK_DRIVER_FILES=$icd
-date -u; cat .dev/COMMIT-tests
+. docs/runs/device-env.sh
+cat .dev/COMMIT-tests
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 mkdir -p /tmp/t && tar xJf .dev/tests.txz -C /tmp/t
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }

@@ -8,9 +8,10 @@
 # and the engine alone (call 63's script with NO_PREV=1 HOT=1). Carry [".gl", ".dev"]:
 # .dev/wgpool, .dev/wgpool-old, .dev/tests.txz.
 set -uo pipefail
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 bash docs/runs/call73-2026-12-07.sh > /dev/null 2>&1
-grep -E "^== |FAILED|panicked|H100|H200" "$OUT/log.txt" | head -60
-NO_PREV=1 HOT=1 ROUNDS=${ROUNDS:-1} STOP_AT=${STOP_AT:-100} bash docs/runs/call63-2026-12-07.sh \
+# The table's set-up writes $OUT/log.txt again: keep the tests' log apart.
+mv "$OUT/log.txt" "$OUT/tests-log.txt"
+grep -E "^== |FAILED|panicked|H100|H200" "$OUT/tests-log.txt" | head -60
+NO_DEBS=1 NO_PREV=1 HOT=1 ROUNDS=${ROUNDS:-1} STOP_AT=${STOP_AT:-100} bash docs/runs/call63-2026-12-07.sh \
   > "$OUT/table-log.txt" 2>&1
 grep -vE "^   loop" "$OUT/table-log.txt" | tail -40

@@ -305,18 +305,10 @@ impl CompactPagesPolicy {
         } = request;
         let placed = place(engine.view(), kind, stream, rounded);
         let found = match placed {
-            Some(found) => widened(engine.view(), kind, found, widen),
-            None => {
-                let unmapped = engine.reserve_range(kind, stream, rounded, source)?;
-                let page = engine.view().page_of(kind);
-                let found = Place {
-                    start: unmapped,
-                    unmapped,
-                    needed: rounded.div_ceil(page) * page,
-                };
-                widened(engine.view(), kind, found, widen)
-            }
+            Some(found) => found,
+            None => Self::own_range(engine, request, source)?,
         };
+        let found = widened(engine.view(), kind, found, widen);
         let spare = engine.view().spare_bytes();
         let after = engine.view().physical() + found.needed.saturating_sub(spare);
         let over = match limit {
@@ -349,14 +341,29 @@ impl CompactPagesPolicy {
         if still_holds(engine.view(), found, kind, rounded) {
             return Ok(found);
         }
+        let found = Self::own_range(engine, request, source)?;
+        Ok(widened(engine.view(), kind, found, widen))
+    }
+
+    /// A new range for the request: the place that maps its own pages at the range's start.
+    fn own_range(
+        engine: &mut Growth<'_>,
+        request: Request,
+        source: &mut dyn SegmentSource,
+    ) -> Result<Place, NoSegment> {
+        let Request {
+            kind,
+            stream,
+            rounded,
+            ..
+        } = request;
         let unmapped = engine.reserve_range(kind, stream, rounded, source)?;
         let page = engine.view().page_of(kind);
-        let found = Place {
+        Ok(Place {
             start: unmapped,
             unmapped,
             needed: rounded.div_ceil(page) * page,
-        };
-        Ok(widened(engine.view(), kind, found, widen))
+        })
     }
 
     /// Maps a prepared place and returns the free block that holds the request, out of the
