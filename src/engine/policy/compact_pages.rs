@@ -351,18 +351,13 @@ impl CompactPagesPolicy {
         request: Request,
         source: &mut dyn SegmentSource,
     ) -> Result<Place, NoSegment> {
-        let Request {
-            kind,
-            stream,
-            rounded,
-            ..
-        } = request;
-        let unmapped = engine.reserve_range(kind, stream, rounded, source)?;
-        let page = engine.view().page_of(kind);
+        let unmapped =
+            engine.reserve_range(request.kind, request.stream, request.rounded, source)?;
+        let page = engine.view().page_of(request.kind);
         Ok(Place {
             start: unmapped,
             unmapped,
-            needed: rounded.div_ceil(page) * page,
+            needed: request.rounded.div_ceil(page) * page,
         })
     }
 
