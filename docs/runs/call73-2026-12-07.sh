@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# NOT RUN YET: written 2026-12-07, when no machine could be started after call 72 (see the
-# twentieth session's closing note); the next session can run it as is.
+# Ran in the twenty-first session (2026-12-07, 12:57 UTC, H100; docs/BENCHMARKS.md, calls 74-75).
+# Written when no machine could be started after call 72 (see the
+# twentieth session's closing note). Call 73 ran as part of call 74.
 # Call 73 (2026-12-07, twentieth session): every GPU test binary on NVIDIA, one test at a
 # time, at the commit in .dev/COMMIT-tests (call 66 ran them at 8e9ce84, before the small kind's
 # granule, 19d4818). .dev/tests.txz holds the debug test binaries and the debug `wgpool`

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# NOT RUN YET: written 2026-12-07, when no machine could be started after call 72 (see the
-# twentieth session's closing note); the next session can run it as is.
+# Ran in the twenty-first session (2026-12-07, 12:57 UTC, H100; docs/BENCHMARKS.md, calls 74-75).
+# Written when no machine could be started after call 72 (see the
+# twentieth session's closing note).
 # Call 74 (2026-12-07, twentieth session), on whatever card comes: every GPU test binary at
 # the commit in .dev/COMMIT-tests (call 73's script) first, then issue 21's table in one
 # round -- b244e2c (the build the issue was filed on) and this session's build in both modes,
