@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Call 76 (2026-12-07, twenty-first session): the README's main job on NVIDIA at this build
 # (call 69's script: `bench --quick --json` three times, then `bench` in full), then two more
-# rounds of issue 21's table (call 75's script), every file packed into $OUT/call76.tgz.
+# rounds of issue 21's table (call 75's script, which packs every file under $OUT into
+# $OUT/call75.tgz).
 # Carry [".gl", ".dev"] (.dev/wgpool at .dev/COMMIT).
 set -uo pipefail
 bash docs/runs/call69-2026-12-07.sh 2>&1 | tail -60
