@@ -1,6 +1,7 @@
 # Churn (bytes mapped over peak live) and peak reserved / peak live of one wgpool binary (pages mode,
-# the default configuration or CONF) over the non-random traces of the 103-trace set plus the
-# held-out ResNet and BERT files (/tmp/hov); a line ends in '<<' where churn is above 1.5 or the
+# the default configuration or CONF) over the 103-trace set but its synthetic random mixes (the
+# oracle files, four recorded random mixes among them, included) plus the held-out ResNet and
+# BERT files (/tmp/hov); a line ends in '<<' where churn is above 1.5 or the
 # ratio above 1.01 (issue 21's bars). Twenty-first session, 2026-12-07.
 # Usage: python3 docs/runs/churn-2026-12-07.py BINARY [CONF]
 import glob, json, subprocess, sys
