@@ -357,7 +357,7 @@ impl CompactPagesPolicy {
         Ok(Place {
             start: unmapped,
             unmapped,
-            needed: request.rounded.div_ceil(page) * page,
+            needed: round_up_to_page(request.rounded, page),
         })
     }
 
@@ -439,7 +439,7 @@ impl PlacementPolicy for CompactPagesPolicy {
             Err(failure) => {
                 let cause = EngineState::classify(failure)?;
                 let page = engine.view().page_of(request.kind);
-                let size = request.rounded.div_ceil(page) * page;
+                let size = round_up_to_page(request.rounded, page);
                 Err(engine.out_of_memory(request, size, cause))
             }
         }
