@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Call 77 (2026-12-07, twenty-second session): the pool's hot path (`replay --gpu --repeat 9
+# --keep-cache`) on issue 21's four traces in both modes, ROUNDS (default 3) interleaved
+# rounds, by this build (.dev/wgpool, .dev/COMMIT: one engine run after each run of the
+# pool, `pool_over_engine` the median of the runs' ratios) and by 2734f3f (.dev/wgpool-prev,
+# .dev/COMMIT-prev: the engine's runs after all the pool's, the ratio of the two medians),
+# then `bench`'s alloc rows by this build. Every file it writes is packed into
+# $OUT/call77.tgz. Carry [".gl", ".dev"].
+set -uo pipefail
+ROUNDS=${ROUNDS:-3}
+. docs/runs/device-env.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+nproc; lscpu | grep -E "Model name" || true
+cat .dev/COMMIT .dev/COMMIT-prev
+. docs/runs/prepare-traces.sh
+. docs/runs/replay-helper.sh
+for round in $(seq 1 "$ROUNDS"); do
+  for t in $TRACES; do
+    for conf in expandable_segments:True expandable_segments:False; do
+      for build in wgpool wgpool-prev; do
+        wg "$t" "$conf" "--repeat 9 --keep-cache" "$build"
+      done
+    done
+  done
+done
+echo "== pool_over_engine per round (this build: median of per-run ratios, their range in brackets)"
+python3 - "$OUT/replay.jsonl" <<'EOF' | tee "$OUT/hot-summary.txt"
+import json, sys, collections
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    per_run = [x['pool_ns_per_op'] / x['engine_ns_per_op'] for x in r['runs'][1:]
+               if x.get('engine_ns_per_op')]
+    spread = f" [{min(per_run):.2f}-{max(per_run):.2f}]" if per_run else ""
+    rows[(r['trace'], r['mode'], r['build'])].append(f"{r['pool_over_engine']:.2f}{spread}")
+for (trace, mode, build), values in sorted(rows.items()):
+    print(f"{trace:18s} {mode:9s} {build:12s} " + "  ".join(values))
+EOF
+echo "== bench (this build): alloc rows"
+timeout 240 .dev/wgpool bench --json > "$OUT/bench.json" 2> "$OUT/bench-stderr.txt"
+echo "bench rc $?"
+python3 - "$OUT/bench.json" <<'EOF'
+import json, sys
+for row in json.load(open(sys.argv[1]))['alloc']['rows']:
+    print(row['mode'], 'cached %.0f ns' % row['cached_ns'],
+          'pool/engine %.2f (%.1f / %.1f ns)' % (row['pool_over_engine'], row['pool_ns_per_op'], row['engine_ns_per_op']),
+          'hot %.2f (%.1f / %.1f ns)' % (row['hot_pool_over_engine'], row['hot_pool_ns_per_op'], row['hot_engine_ns_per_op']))
+EOF
+date -u
+(cd "$OUT" && tar czf /tmp/call77.tgz . && find . -mindepth 1 -delete && mv /tmp/call77.tgz .)
