@@ -1118,11 +1118,13 @@ fn cli_bench_conf_chooses_the_pool_placements_memory_mode() {
         ] {
             assert!(row[key].as_f64().unwrap() > 0.0, "{key}: {row}");
         }
-        // The ratios are medians of per-run ratios (each run against the engine run timed
-        // beside it), not the ratio of the two medians: measured, finite and positive.
-        for key in ["pool_over_engine", "hot_pool_over_engine"] {
-            let ratio = row[key].as_f64().expect("a ratio");
-            assert!(ratio.is_finite() && ratio > 0.0, "{key}: {row}");
+        for prefix in ["", "hot_"] {
+            let figure = |name: &str| row[format!("{prefix}{name}")].as_f64().unwrap();
+            let ratio = figure("pool_ns_per_op") / figure("engine_ns_per_op");
+            assert!(
+                (figure("pool_over_engine") - ratio).abs() < 1e-9,
+                "{prefix}: {row}"
+            );
         }
     }
 }

@@ -11,9 +11,9 @@
 # the difference, over two runs, is what one run with the cache kept costs (runs 2-3: the
 # runs `rest_median` times), every allocation and every free included, whatever the
 # compiler inlined. Setting up and the first (cold) run count the same in both and cancel;
-# the engine-alone runs the command makes (`run_once`: after the pool's one run, or one
-# after each of its runs) and `PagedMemory::alias_buffer` (making wgpu wrappers, timed as
-# driver time) are taken out of both.
+# the engine-alone replay the command makes (whose number of timed runs varies) and
+# `PagedMemory::alias_buffer` (making wgpu wrappers, timed as driver time) are taken out of
+# both.
 #
 # The engine: the same command's engine-alone replay, counted inside its timed runs
 # (`trace::replay::run_once`, over the number of times `trace::replay::replay` called it).
@@ -57,12 +57,10 @@ def aliases(name):
     return int(found.group(1).replace(",", "")) if found else 0
 
 def engine_alone(name):
-    # The command's engine-alone runs (`engine_ns_per_op`) run inside `replay_on_gpu` too:
-    # with one run, as many as fit 200 ms (under callgrind that count differs between
-    # commands, 7 against 8 seen, one run being about 720 instructions per operation); with
-    # several, one after each run of the pool (since the twenty-second session). Each is a
-    # call of `trace::replay::run_once`, whichever way it was reached.
-    found = re.findall(r"^\s*([\d,]+) \([^)]*\)\s+\S*trace::replay::run_once \[",
+    # The command's engine-alone replay (`engine_ns_per_op`) runs inside `replay_on_gpu` too,
+    # and times as many runs as fit its 200 ms: under callgrind that count differs between the
+    # two commands (7 against 8 seen), one run being about 720 instructions per operation.
+    found = re.findall(r"^\s*([\d,]+) \([^)]*\)\s+\S*trace::replay::replay \[",
                        annotate(name, "--inclusive=yes"), re.M)
     return max((int(n.replace(",", "")) for n in found), default=0)
 

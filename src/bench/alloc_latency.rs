@@ -62,8 +62,7 @@ pub struct AllocRow {
     pub pool_ns_per_op: f64,
     /// The engine alone on the same operations (`replay --gpu`'s `engine_ns_per_op`).
     pub engine_ns_per_op: f64,
-    /// `replay --gpu`'s `pool_over_engine`: the median over the runs after the first of
-    /// each run's pool time over the engine run timed right after it.
+    /// `pool_ns_per_op / engine_ns_per_op`.
     pub pool_over_engine: f64,
     /// The same with the cache kept between runs (`replay --gpu --repeat --keep-cache`):
     /// the runs after the first reuse cached memory, so nearly every allocation and free
@@ -73,8 +72,7 @@ pub struct AllocRow {
     /// The engine alone, measured again beside the hot runs (the same trace and
     /// configuration as `engine_ns_per_op`, so the two differ only by the machine's noise).
     pub hot_engine_ns_per_op: f64,
-    /// The same ratio for the hot runs: the median of each hot run's pool time over the
-    /// engine run timed right after it.
+    /// `hot_pool_ns_per_op / hot_engine_ns_per_op`.
     pub hot_pool_over_engine: f64,
 }
 
@@ -228,9 +226,9 @@ fn mode_row(
     let options = GpuReplayOptions::default()
         .with_scale(scale)
         .with_repeat(runs.max(2));
-    let (pool_ns_per_op, engine_ns_per_op, pool_over_engine, repeat) =
+    let (pool_ns_per_op, engine_ns_per_op, repeat) =
         steady_figures(&trace, &config, gpu, &options)?;
-    let (hot_pool_ns_per_op, hot_engine_ns_per_op, hot_pool_over_engine, _) =
+    let (hot_pool_ns_per_op, hot_engine_ns_per_op, _) =
         steady_figures(&trace, &config, gpu, &options.with_keep_cache(true))?;
     Ok(AllocRow {
         mode,
@@ -242,22 +240,21 @@ fn mode_row(
         runs: repeat,
         pool_ns_per_op,
         engine_ns_per_op,
-        pool_over_engine,
+        pool_over_engine: pool_ns_per_op / engine_ns_per_op,
         hot_pool_ns_per_op,
         hot_engine_ns_per_op,
-        hot_pool_over_engine,
+        hot_pool_over_engine: hot_pool_ns_per_op / hot_engine_ns_per_op,
     })
 }
 
 /// One `replay --gpu` of `trace`: the pool's time per operation outside driver calls (the
-/// median of the runs after the first), the engine alone's (the median of the engine runs
-/// interleaved with them), the median of the runs' ratios, and the runs made.
+/// median of the runs after the first), the engine alone's, and the runs made.
 fn steady_figures(
     trace: &Trace,
     config: &Config,
     gpu: &GpuContext,
     options: &GpuReplayOptions,
-) -> Result<(f64, f64, f64, u32), AllocBenchError> {
+) -> Result<(f64, f64, u32), AllocBenchError> {
     let report = replay_on_gpu(trace, config, gpu, options)?;
     let pool = report
         .rest_median
@@ -265,7 +262,6 @@ fn steady_figures(
     Ok((
         pool,
         report.engine_ns_per_op.unwrap_or(f64::NAN),
-        report.pool_over_engine.unwrap_or(f64::NAN),
         report.repeat,
     ))
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::error::Position;
 use super::ops::{Trace, TraceOp};
-use super::replay::{ReplayOptions, engine_run_ns_per_op, replay};
+use super::replay::{ReplayOptions, replay};
 use super::replay_error::ReplayError;
 use crate::config::Config;
 use crate::engine::{AllocError, SourceError};
@@ -151,11 +151,6 @@ pub struct GpuReplayRun {
     pub bind_calls: u64,
     /// Orderings of all later GPU work after all submitted work (pages mode).
     pub wrapper_orderings: u64,
-    /// The engine alone on the same operations, one run on a fresh engine timed right after
-    /// this run, in nanoseconds per operation (see
-    /// [`GpuReplayReport::engine_ns_per_op`]): set on the runs after the first where there
-    /// are several and the engine baseline is on, `None` otherwise.
-    pub engine_ns_per_op: Option<f64>,
 }
 
 /// What a replay on a GPU measured. Serialized as `wgpool replay --gpu --json` prints it.
@@ -249,15 +244,11 @@ pub struct GpuReplayReport {
     pub pool_ns_per_op: f64,
     /// The same (scaled) trace replayed through the engine alone in the same process, with
     /// the same configuration, on a model of the same device (its page mapping and largest
-    /// buffer), each run on a fresh engine: nanoseconds per operation. With several runs,
-    /// one engine run follows each run of the pool after the first (and one untimed run
-    /// the first), and this is their median; with one, the median of engine runs made
-    /// after it until 200 ms have passed. `null` when not measured.
+    /// buffer): nanoseconds per operation, the median of its timed runs. `null` when not
+    /// measured.
     pub engine_ns_per_op: Option<f64>,
-    /// What the pool adds around its engine: with several runs, the median over the runs
-    /// after the first of each run's `pool_ns_per_op` over the engine run timed right after
-    /// it, so that a host whose speed drifts between runs slows both sides of each ratio
-    /// alike; with one run, its `pool_ns_per_op / engine_ns_per_op`.
+    /// `pool_ns_per_op / engine_ns_per_op` (the median of the runs after the first where
+    /// there are several): what the pool adds around its engine.
     pub pool_over_engine: Option<f64>,
     /// Orderings of all later GPU work after all submitted work in the first run, and
     /// their CPU time (pages mode; see [`crate::pool::DeviceMemoryUsage::wrapper_orderings`]).
@@ -367,26 +358,15 @@ pub fn replay_on_gpu(
     let scaled = trace.scaled(scale);
     let mut runs = Vec::new();
     let mut first = None;
-    let repeat = options.repeat.max(1);
-    // With several runs the engine's baseline is interleaved with the pool's runs.
-    let interleaved = options.engine_baseline && repeat > 1;
-    let engine_options = engine_replay_options(&pool, device_memory, gpu);
-    for run in 0..repeat {
+    for run in 0..options.repeat.max(1) {
         // Watched only where the heap could be read before the pool existed.
         let mut heap = heap_before.filter(|_| run == 0).map(|before| HeapWatch {
             before,
             peak: 0,
             changes: pool.device_memory_changes(),
         });
-        let mut outcome = replay_once(&scaled, &pool, gpu, heap.as_mut())?;
+        let outcome = replay_once(&scaled, &pool, gpu, heap.as_mut())?;
         gpu.errors().check_device()?;
-        if interleaved {
-            // After the first (cold) run, an untimed engine run warms the engine's code and
-            // the allocator's memory as the pool's first run warmed the pool's.
-            let ns = engine_run_ns_per_op(&scaled, config, &engine_options)
-                .map_err(|source| GpuReplayError::EngineBaseline { source })?;
-            outcome.run.engine_ns_per_op = (run > 0).then_some(ns);
-        }
         if run == 0 {
             let stats = pool.memory_stats();
             let usage = pool.device_memory_usage();
@@ -400,22 +380,13 @@ pub fn replay_on_gpu(
         }
     }
     let (peak_live, stats, usage, wall, heap) = first.expect("at least one run");
-    let rest_median = median_run(&runs[1..]);
-    let (engine_ns_per_op, pool_over_engine) = if interleaved {
-        let ratios: Vec<f64> = runs[1..]
-            .iter()
-            .filter_map(|r| r.engine_ns_per_op.map(|engine| r.pool_ns_per_op / engine))
-            .collect();
-        (
-            rest_median.as_ref().and_then(|rest| rest.engine_ns_per_op),
-            median_of(ratios),
-        )
-    } else if options.engine_baseline {
-        let engine = engine_baseline(&scaled, config, &engine_options)?;
-        (Some(engine), Some(runs[0].pool_ns_per_op / engine))
+    let engine_ns_per_op = if options.engine_baseline {
+        Some(engine_baseline(&scaled, config, &pool, device_memory, gpu)?)
     } else {
-        (None, None)
+        None
     };
+    let rest_median = median_run(&runs[1..]);
+    let steady = rest_median.as_ref().unwrap_or(&runs[0]).pool_ns_per_op;
     let peak_reserved = stats.reserved_bytes.all.peak;
     let ratio = |x: u64, of: u64| if of == 0 { 0.0 } else { x as f64 / of as f64 };
     let report = GpuReplayReport {
@@ -455,10 +426,10 @@ pub fn replay_on_gpu(
         wall_time_s: wall.as_secs_f64(),
         pool_ns_per_op: runs[0].pool_ns_per_op,
         engine_ns_per_op,
-        pool_over_engine,
+        pool_over_engine: engine_ns_per_op.map(|engine| steady / engine),
         wrapper_orderings: usage.wrapper_orderings,
         ordering_time_s: usage.ordering_time.as_secs_f64(),
-        repeat,
+        repeat: options.repeat.max(1),
         keep_cache: options.keep_cache,
         owner_bias: pool.owner_bias_holds(),
         runs,
@@ -566,7 +537,6 @@ fn replay_once(
         device_allocations: after.allocations - before.allocations,
         bind_calls: after.bind_calls - before.bind_calls,
         wrapper_orderings: after.wrapper_orderings - before.wrapper_orderings,
-        engine_ns_per_op: None,
     };
     Ok(RunOutcome { run, peak_live })
 }
@@ -577,30 +547,17 @@ fn replay_once(
 fn engine_baseline(
     trace: &Trace,
     config: &Config,
-    options: &ReplayOptions,
-) -> Result<f64, GpuReplayError> {
-    let report = replay(trace, config, options)
-        .map_err(|source| GpuReplayError::EngineBaseline { source })?;
-    Ok(report.ns_per_op_median)
-}
-
-/// The engine-alone replay's settings: the pool's device memory, page mapping and largest
-/// buffer.
-fn engine_replay_options(
     pool: &Pool,
     device_memory: Option<u64>,
     gpu: &GpuContext,
-) -> ReplayOptions {
-    ReplayOptions::default()
+) -> Result<f64, GpuReplayError> {
+    let options = ReplayOptions::default()
         .with_device_memory(device_memory)
         .with_page_mapping(pool.page_mapping())
-        .with_max_segment_size(Some(gpu.limits().max_buffer_size))
-}
-
-/// The median of `values` (the upper one of an even count); `None` for none.
-fn median_of(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied()
+        .with_max_segment_size(Some(gpu.limits().max_buffer_size));
+    let report = replay(trace, config, &options)
+        .map_err(|source| GpuReplayError::EngineBaseline { source })?;
+    Ok(report.ns_per_op_median)
 }
 
 /// The median of each figure over `runs`; `None` for none.
@@ -625,7 +582,6 @@ fn median_run(runs: &[GpuReplayRun]) -> Option<GpuReplayRun> {
         device_allocations: n(|r| r.device_allocations),
         bind_calls: n(|r| r.bind_calls),
         wrapper_orderings: n(|r| r.wrapper_orderings),
-        engine_ns_per_op: median_of(runs.iter().filter_map(|r| r.engine_ns_per_op).collect()),
     })
 }
 

@@ -393,23 +393,6 @@ pub fn replay(
     replay_observed(trace, config, options, &mut ())
 }
 
-/// One run of `trace` on a fresh engine, unobserved and unchecked: nanoseconds per
-/// operation. For a caller that times the engine between runs of its own (the GPU replay's
-/// interleaved baseline), so that a machine whose speed drifts slows both alike.
-pub(crate) fn engine_run_ns_per_op(
-    trace: &Trace,
-    config: &Config,
-    options: &ReplayOptions,
-) -> Result<f64, ReplayError> {
-    let options = ReplayOptions {
-        check_every_op: false,
-        oracle: false,
-        ..*options
-    };
-    let run = run_once(trace, config, &options, &mut (), None)?;
-    Ok(run.elapsed_ns as f64 / trace.ops.len().max(1) as f64)
-}
-
 /// [`replay`], with `observer` watching the first run (the one the memory figures come
 /// from).
 pub fn replay_observed<O: EventObserver>(
