@@ -1,38 +1,38 @@
 #!/usr/bin/env bash
 # Call 77 (2026-12-07, twenty-second session): the pool's hot path (`replay --gpu --repeat 9
-# --keep-cache`) on issue 21's four traces in both modes, ROUNDS (default 3) interleaved
-# rounds, by this build (.dev/wgpool, .dev/COMMIT: one engine run after each run of the
-# pool, `pool_over_engine` the median of the runs' ratios) and by 2734f3f (.dev/wgpool-prev,
-# .dev/COMMIT-prev: the engine's runs after all the pool's, the ratio of the two medians),
-# then `bench`'s alloc rows by this build. Every file it writes is packed into
-# $OUT/call77.tgz. Carry [".gl", ".dev"].
+# --keep-cache`) on issue 21's four traces in both modes, ROUNDS (default 3) rounds, by the
+# build in .dev/wgpool (.dev/COMMIT), each replay also with the process on CPUs 4-7 only
+# (.dev/wgpool-pinned, a `taskset` wrapper: does pinning steady the ratio?), then `bench`'s
+# alloc rows by it. (Written first to
+# compare an engine baseline interleaved with the pool's runs against 2734f3f's; that change
+# was reverted before any call ran, see docs/BENCHMARKS.md.) Every file it writes is packed
+# into $OUT/call77.tgz. Carry [".gl", ".dev"].
 set -uo pipefail
 ROUNDS=${ROUNDS:-3}
 . docs/runs/device-env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 nproc; lscpu | grep -E "Model name" || true
-cat .dev/COMMIT .dev/COMMIT-prev
+cat .dev/COMMIT
 . docs/runs/prepare-traces.sh
 . docs/runs/replay-helper.sh
 for round in $(seq 1 "$ROUNDS"); do
   for t in $TRACES; do
     for conf in expandable_segments:True expandable_segments:False; do
-      for build in wgpool wgpool-prev; do
+      for build in wgpool wgpool-pinned; do
         wg "$t" "$conf" "--repeat 9 --keep-cache" "$build"
       done
     done
   done
 done
-echo "== pool_over_engine per round (this build: median of per-run ratios, their range in brackets)"
+echo "== pool_over_engine per round"
 python3 - "$OUT/replay.jsonl" <<'EOF' | tee "$OUT/hot-summary.txt"
 import json, sys, collections
 rows = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    per_run = [x['pool_ns_per_op'] / x['engine_ns_per_op'] for x in r['runs'][1:]
-               if x.get('engine_ns_per_op')]
-    spread = f" [{min(per_run):.2f}-{max(per_run):.2f}]" if per_run else ""
-    rows[(r['trace'], r['mode'], r['build'])].append(f"{r['pool_over_engine']:.2f}{spread}")
+    runs = [x['pool_ns_per_op'] for x in r['runs'][1:]]
+    rows[(r['trace'], r['mode'], r['build'])].append(
+        f"{r['pool_over_engine']:.2f} (pool {min(runs):.0f}-{max(runs):.0f}, engine {r['engine_ns_per_op']:.0f} ns)")
 for (trace, mode, build), values in sorted(rows.items()):
     print(f"{trace:18s} {mode:9s} {build:12s} " + "  ".join(values))
 EOF
