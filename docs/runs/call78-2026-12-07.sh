@@ -2,7 +2,7 @@
 # Call 78 (2026-12-07, twenty-second session): on an H200, issue 21's table in ROUNDS
 # (default 3) rounds -- b244e2c (.dev/wgpool-old) and this build (.dev/wgpool) in both modes,
 # PyTorch 2.11 beside them, then the hot path and the engine alone (call 63's script with
-# NO_PREV=1 HOT=1); on any other GPU, call 77's hot-path comparison instead (calls 74-75 ran
+# NO_PREV=1 HOT=1); on any other GPU, call 77's hot path, plain and pinned, instead (calls 74-75 ran
 # the table on an H100 at 2734f3f), or nothing with H200_ONLY=1. Every file it writes is packed
 # into $OUT/call78.tgz.
 # Carry [".gl", ".dev"].
