@@ -2,10 +2,10 @@
 # Call 77 (2026-12-07, twenty-second session): the pool's hot path (`replay --gpu --repeat 9
 # --keep-cache`) on issue 21's four traces in both modes, ROUNDS (default 3) rounds, by the
 # build in .dev/wgpool (.dev/COMMIT), each replay also with the process on CPUs 4-7 only
-# (.dev/wgpool-pinned, a `taskset` wrapper the script writes; call 77 carried the same one: does pinning steady the
-# ratio?), then `bench`'s alloc rows by it. (Written first to compare an engine baseline
-# interleaved with the pool's runs against 2734f3f's; that change was reverted before any
-# call ran, see docs/BENCHMARKS.md.) Every file it writes is packed into $OUT/call77.tgz.
+# (.dev/wgpool-pinned, a `taskset` wrapper the script writes; call 77 carried the same one:
+# does pinning steady the ratio?), then `bench`'s alloc rows by it. (Written first to compare
+# an engine baseline interleaved with the pool's runs against 2734f3f's; that change was
+# reverted before any call ran, see docs/BENCHMARKS.md.) Every file it writes is packed into $OUT/call77.tgz.
 # Carry [".gl", ".dev"].
 set -uo pipefail
 ROUNDS=${ROUNDS:-3}
