@@ -5,8 +5,8 @@
 # (.dev/wgpool-pinned, a `taskset` wrapper the script writes; call 77 carried the same one:
 # does pinning steady the ratio?), then `bench`'s alloc rows by it. (Written first to compare
 # an engine baseline interleaved with the pool's runs against 2734f3f's; that change was
-# reverted before any call ran, see docs/BENCHMARKS.md.) Every file it writes is packed into $OUT/call77.tgz.
-# Carry [".gl", ".dev"].
+# reverted before any call ran, see docs/BENCHMARKS.md.) Every file it writes is packed
+# into $OUT/call77.tgz. Carry [".gl", ".dev"].
 set -uo pipefail
 ROUNDS=${ROUNDS:-3}
 printf '#!/bin/sh\nexec taskset -c 4-7 "$(dirname "$0")/wgpool" "$@"\n' > .dev/wgpool-pinned
