@@ -5,14 +5,12 @@
 # PyTorch 2.11's first run in each round. ROUNDS (default 4) interleaved rounds, each:
 # PyTorch native; this build (.dev/wgpool) `--repeat 3` in segments mode and in pages mode
 # with the defaults, and in pages mode with `page_reserve_chunks` 1, 2, 4 and 8. Rounds stop
-# at STOP_AT seconds (default 250 after the table). SKIP_TABLE=1 leaves the table out on an
-# H200 (call 84 ran it).
+# at STOP_AT seconds (default 250 after the table).
 # Every file it writes is packed into $OUT/call83.tgz. Carry [".gl", ".dev"].
 set -uo pipefail
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 echo "GPU: $gpu"
-case "${SKIP_TABLE:+skip}$gpu" in
-  skip*) ;;
+case "$gpu" in
   *H200*)
     NO_PREV=1 HOT=1 ROUNDS=2 STOP_AT=250 bash docs/runs/call63-2026-12-07.sh \
       > "$OUT/table-log.txt" 2>&1

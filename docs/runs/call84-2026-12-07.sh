@@ -2,25 +2,14 @@
 # Call 84 (2026-12-07, twenty-third session). Carry [".gl", ".dev"]: .dev/wgpool (fd59206,
 # release, debug info stripped, symbol table kept), .dev/wgpool-old (b244e2c),
 # .dev/perfpkg.tar.xz (Debian 12's perf 6.1 with its libraries, run through its own loader).
-# 1. On an H200 only: issue 21's table (call 63's script, NO_PREV=1 HOT=1, ROUNDS=2).
-# 2. Call 83's script: the decode's first run with the page reserve (pages mode) of 1 to 8
-#    chunks, PyTorch's first run beside it (ROUNDS, default 3).
-# 3. Where the decode's first run spends its time outside the driver calls the pool times:
+# 1. Where the decode's first run spends its time outside the driver calls the pool times:
 #    `perf record -e cpu-clock -F 20000` over ten processes of `replay --gpu --repeat 1` in
 #    each mode (every thread, by command, library and symbol), and `perf stat` of one.
-# Every file it writes is packed into $OUT/call84.tgz.
+# 2. Call 83's script: on an H200 only, issue 21's table; then the decode's first run with the
+#    page reserve (pages mode) of 1 to 8 chunks, PyTorch's first run beside it (ROUNDS,
+#    default 3).
+# Part 1's files are packed into perf.tgz, and every file into $OUT/call83.tgz by part 2.
 set -uo pipefail
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-echo "GPU: $gpu"
-case "$gpu" in
-  *H200*)
-    NO_PREV=1 HOT=1 ROUNDS=2 STOP_AT=250 bash docs/runs/call63-2026-12-07.sh \
-      > "$OUT/table-log.txt" 2>&1
-    grep -vE "^   loop" "$OUT/table-log.txt" | tail -30
-    mv "$OUT/replay.jsonl" "$OUT/table-replay.jsonl"
-    mv "$OUT/torch.jsonl" "$OUT/table-torch.jsonl"
-    ;;
-esac
 . docs/runs/device-env.sh
 . docs/runs/prepare-traces.sh
 tar xJf .dev/perfpkg.tar.xz -C /tmp
@@ -53,4 +42,4 @@ for l in open('$OUT/record-$m.jsonl'):
 "
 done
 (cd "$OUT" && mkdir -p /tmp/pk && mv ./* /tmp/pk/ 2>/dev/null; tar czf /tmp/perfpart.tgz -C /tmp/pk . ; rm -rf /tmp/pk; mv /tmp/perfpart.tgz "$OUT/perf.tgz")
-SKIP_TABLE=1 ROUNDS=${ROUNDS:-3} STOP_AT=${STOP_AT:-200} bash docs/runs/call83-2026-12-07.sh 2>&1 | tail -45
+ROUNDS=${ROUNDS:-3} STOP_AT=${STOP_AT:-200} bash docs/runs/call83-2026-12-07.sh 2>&1 | tail -45
