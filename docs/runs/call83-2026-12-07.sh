@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Call 83 (2026-12-07, twenty-third session). On an H200: issue 21's table first (call 75's
-# script, ROUNDS=2 STOP_AT=250), then the rest. On any GPU: what the decode's first run would
-# gain from the page reserve (pages mode; call 68 priced segments mode's releases), with
-# PyTorch 2.11's first run in each round. ROUNDS (default 4) interleaved rounds, each:
+# Call 83 (2026-12-07, twenty-third session). On an H200: issue 21's table first (call 63's
+# script as call 75 ran it: NO_PREV=1 HOT=1 ROUNDS=2), then the rest. On any GPU: what the
+# decode's first run would gain from the page reserve (pages mode; call 68 priced segments
+# mode's releases), with PyTorch 2.11's first run in each round. ROUNDS (default 4)
+# interleaved rounds, each:
 # PyTorch native; this build (.dev/wgpool) `--repeat 3` in segments mode and in pages mode
 # with the defaults, and in pages mode with `page_reserve_chunks` 1, 2, 4 and 8. Rounds stop
 # at STOP_AT seconds (default 250 after the table).
