@@ -1,23 +1,19 @@
 #!/usr/bin/env bash
-# Call 83 (2026-12-07, twenty-third session). On an H200: issue 21's table first (call 63's
-# script as call 75 ran it: NO_PREV=1 HOT=1 ROUNDS=2), then the rest. On any GPU: what the
-# decode's first run would gain from the page reserve (pages mode; call 68 priced segments
-# mode's releases), with PyTorch 2.11's first run in each round. ROUNDS (default 4)
-# interleaved rounds, each:
-# PyTorch native; this build (.dev/wgpool) `--repeat 3` in segments mode and in pages mode
-# with the defaults, and in pages mode with `page_reserve_chunks` 1, 2, 4 and 8. Rounds stop
-# at STOP_AT seconds (default 250 after the table).
-# Every file it writes is packed into $OUT/call83.tgz. Carry [".gl", ".dev"].
+# Call 83 (2026-12-07, twenty-third session). On an H200: issue 21's table first (call 75's
+# script, ROUNDS=2), then the rest. On any GPU: what the decode's first run would gain from
+# the page reserve (pages mode; call 68 priced segments mode's releases), with PyTorch 2.11's
+# first run in each round. ROUNDS (default 4) interleaved rounds, each: PyTorch native; this
+# build (.dev/wgpool) `--repeat 3` in segments mode and in pages mode with the defaults, and
+# in pages mode with `page_reserve_chunks` 1, 2, 4 and 8. Rounds stop at STOP_AT seconds
+# (default 250 after the table). Every file under $OUT (call 75's archive included) is packed
+# into $OUT/call83.tgz. Carry [".gl", ".dev"].
 set -uo pipefail
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 echo "GPU: $gpu"
 case "$gpu" in
   *H200*)
-    NO_PREV=1 HOT=1 ROUNDS=2 STOP_AT=250 bash docs/runs/call63-2026-12-07.sh \
-      > "$OUT/table-log.txt" 2>&1
-    grep -vE "^   loop" "$OUT/table-log.txt" | tail -30
-    mv "$OUT/replay.jsonl" "$OUT/table-replay.jsonl"
-    mv "$OUT/torch.jsonl" "$OUT/table-torch.jsonl"
+    # Call 75's script: its files packed into $OUT/call75.tgz, which this archive keeps.
+    ROUNDS=2 STOP_AT=250 bash docs/runs/call75-2026-12-07.sh
     ;;
 esac
 start=$SECONDS
