@@ -46,6 +46,15 @@ pub(crate) fn is_header(row: &str, header: &str) -> bool {
         .eq_ignore_ascii_case(header)
 }
 
+/// Whether a first line that is not [`HEADER`] still names columns: its first field is
+/// `action`, which no row of actions starts with. Such a file has a header of other (or
+/// missing) columns, which the reader says rather than failing on the names as numbers.
+fn names_columns(row: &str) -> bool {
+    row.split(',')
+        .next()
+        .is_some_and(|first| first.trim().eq_ignore_ascii_case("action"))
+}
+
 /// Parses and validates a whole trace in memory. See [`read_wgpool_csv`].
 pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
     read_wgpool_csv(text.as_bytes(), u64::MAX)
@@ -62,6 +71,15 @@ pub fn read_wgpool_csv(reader: impl BufRead, max_bytes: u64) -> Result<Trace, Tr
         let row = raw.trim();
         if row.is_empty() || (line == 1 && is_header(row, HEADER)) {
             continue;
+        }
+        if line == 1 && names_columns(row) {
+            return Err(TraceError::at(
+                Position::Line(line),
+                format!(
+                    "a header of other columns, `{}`; wgpool's CSV has the header {HEADER}",
+                    excerpt(row)
+                ),
+            ));
         }
         let mut fields = row.split(',');
         let action = field(&mut fields, "action", line, HEADER)?;
@@ -126,6 +144,22 @@ mod tests {
         );
         // A refused allocation takes no slot.
         assert_eq!(t.slots, 1);
+    }
+
+    #[test]
+    fn a_header_of_other_columns_is_named() {
+        for text in [
+            "action,id,size\nalloc,1,100\n",
+            "Action, Id, Bytes, Stream\n",
+        ] {
+            let e = parse_trace(text).unwrap_err();
+            assert_eq!(e.position(), Some(Position::Line(1)), "{e}");
+            assert!(e.to_string().contains("a header of other columns"), "{e}");
+            assert!(e.to_string().contains(HEADER), "{e}");
+        }
+        // The header itself, in any case and spacing, is still skipped.
+        let t = parse_trace(" Action , ID,size,STREAM\nalloc,1,100,0\n").unwrap();
+        assert_eq!(t.ops.len(), 1);
     }
 
     #[test]
