@@ -651,3 +651,23 @@ fn refused_allocations_without_a_cap_and_a_device_size_alone_are_warned_about() 
     );
     assert_eq!(report["num_ooms"], 1);
 }
+
+/// `--trace-device` chooses among a snapshot's devices; given with a CSV trace, which
+/// records one device, the replay runs the whole trace and says the option did nothing.
+#[test]
+fn a_trace_device_for_a_csv_trace_is_warned_about() {
+    let trace = TraceFile::new("alloc,1,1000,0\nfree,1,0,0\n");
+    let path = trace.0.to_str().unwrap();
+    let out = wgpool(&["replay", path, "--json", "--trace-device", "2"], None);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: --trace-device 2 chooses a device of a PyTorch snapshot")
+            && stderr.contains("wgpool-csv"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ops"], 2);
+    let without = wgpool(&["replay", path, "--json"], None);
+    assert!(!String::from_utf8_lossy(&without.stderr).contains("warning"));
+}

@@ -116,7 +116,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     let device_memory = device_memory(&args)?;
     let trace = load(&args)?;
     // Said once the replay has run: a replay that fails says only why.
-    let warnings = warnings(&trace, &config, device_memory);
+    let warnings = warnings(&trace, &config, device_memory, args.trace_device);
     let warn = || {
         for warning in &warnings {
             eprintln!("warning: {warning}");
@@ -302,13 +302,24 @@ fn load(args: &ReplayArgs) -> Result<wgpool::trace::Trace, Failure> {
 }
 
 /// What the user should know before trusting the replay: allocations the trace records as
-/// refused with no cap to refuse them, and a device size that sets no cap.
+/// refused with no cap to refuse them, a device size that sets no cap, and a device chosen
+/// in an input that records only one.
 fn warnings(
     trace: &wgpool::trace::Trace,
     config: &Config,
     device_memory: Option<u64>,
+    trace_device: Option<usize>,
 ) -> Vec<String> {
     let mut out = Vec::new();
+    if let Some(device) = trace_device
+        && trace.format != wgpool::trace::TraceFormat::TorchSnapshot
+    {
+        out.push(format!(
+            "--trace-device {device} chooses a device of a PyTorch snapshot; this input is \
+             {}, which records one device, so the whole trace was replayed",
+            trace.format.name()
+        ));
+    }
     let cap = config.memory_cap(device_memory).ok().flatten();
     let refused = trace
         .ops
