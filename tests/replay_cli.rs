@@ -359,8 +359,9 @@ fn an_output_file_on_a_closed_pipe_exits_quietly() {
         assert_eq!(out.status.code(), Some(0), "{option}: {stderr}");
         assert!(stderr.is_empty(), "{option}: {stderr}");
     }
-    // Any other failure to write still exits 1, naming the file.
-    let out = wgpool(
+    // A file that cannot be written at all is refused before the run, naming the file
+    // (`an_unwritable_output_file_is_refused_before_the_run`).
+    let stderr = bad_input(
         &[
             "replay",
             trace.0.to_str().unwrap(),
@@ -369,8 +370,6 @@ fn an_output_file_on_a_closed_pipe_exits_quietly() {
         ],
         None,
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("/nonexistent-wgpool-dir/s.pickle"),
         "{stderr}"
@@ -670,4 +669,41 @@ fn a_trace_device_for_a_csv_trace_is_warned_about() {
     assert_eq!(report["ops"], 2);
     let without = wgpool(&["replay", path, "--json"], None);
     assert!(!String::from_utf8_lossy(&without.stderr).contains("warning"));
+}
+
+/// An output file that cannot be written is refused before the replay or the benchmark
+/// runs (exit 2, nothing on standard output), not after it, which would lose the run.
+#[test]
+fn an_unwritable_output_file_is_refused_before_the_run() {
+    let trace = TraceFile::new("alloc,1,1000,0\nfree,1,0,0\n");
+    let path = trace.0.to_str().unwrap();
+    let missing = std::env::temp_dir().join("wgpool-no-such-directory/out.svg");
+    let missing = missing.to_str().unwrap();
+    let directory = std::env::temp_dir();
+    let directory = directory.to_str().unwrap();
+    for (args, part) in [
+        (vec!["replay", path, "--plot", missing], "--plot"),
+        (
+            vec!["replay", path, "--json", "--snapshot", directory],
+            "it is a directory",
+        ),
+        (vec!["bench", "--quick", "--plot", missing], "--plot"),
+    ] {
+        let stderr = bad_input(&args, None);
+        assert!(
+            stderr.contains("cannot write there") && stderr.contains(part),
+            "{args:?}: {stderr}"
+        );
+    }
+    // A new file that can be written is left as the run writes it, not as the check did.
+    let fresh = std::env::temp_dir().join(format!("wgpool-plot-{}.svg", std::process::id()));
+    let out = wgpool(&["replay", path, "--plot", fresh.to_str().unwrap()], None);
+    assert!(out.status.success());
+    let svg = std::fs::read_to_string(&fresh).unwrap();
+    std::fs::remove_file(&fresh).unwrap();
+    assert!(
+        svg.starts_with("<svg") || svg.starts_with("<?xml"),
+        "{}",
+        &svg[..40.min(svg.len())]
+    );
 }

@@ -45,7 +45,7 @@ pub struct BenchArgs {
     /// Warm up for at least this many milliseconds of back-to-back runs before each
     /// measurement, so the GPU's clocks are up (default: 50 on CPU devices; on GPUs 1000,
     /// or 500 with --quick: an H200 that idled needs about a second to reach full clocks).
-    #[arg(long, value_name = "MS")]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=600_000))]
     warmup_ms: Option<u64>,
     /// Also measure host transfers: staging-pool uploads and downloads against wgpu's own
     /// paths, and offload / prefetch of a pool block (`transfers` in the JSON).
@@ -126,6 +126,9 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             .map_err(|error| Failure::bad_input(format!("--conf {conf:?}: {error}")))?,
         None => wgpool::bench::pool_placement::default_config(),
     };
+    if let Some(path) = &args.plot {
+        output::check_output_file(path, "--plot")?;
+    }
     if args.size_mb == Some(0) {
         return Err(Failure::bad_input(
             "--size-mb 0: the size must be at least 1 MiB",

@@ -49,3 +49,33 @@ pub fn file_failure(error: &(dyn Error + 'static)) -> Failure {
     }
     Failure::internal(error)
 }
+
+/// Checks, before any work, that an output file named by `option` (`--plot`, `--snapshot`)
+/// can be written, so that a long run is not thrown away for a path that was wrong from
+/// the start. An existing file is opened for appending (nothing in it changes); a new one is
+/// created and removed again. A file that becomes unwritable during the run is still
+/// reported when it is written.
+pub fn check_output_file(path: &std::path::Path, option: &str) -> Result<(), Failure> {
+    let refuse = |why: String| {
+        Failure::bad_input(format!(
+            "{option} {}: cannot write there: {why}",
+            path.display()
+        ))
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Err(refuse("it is a directory".to_string())),
+        Ok(_) => std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map(drop)
+            .map_err(|e| refuse(e.to_string())),
+        Err(_) => {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| refuse(e.to_string()))?;
+            std::fs::remove_file(path).map_err(|e| refuse(e.to_string()))
+        }
+    }
+}

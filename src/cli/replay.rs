@@ -108,6 +108,12 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     if args.compare {
         return run_compare(&args);
     }
+    if let Some(path) = &args.snapshot {
+        output::check_output_file(path, "--snapshot")?;
+    }
+    if let Some(path) = &args.plot {
+        output::check_output_file(path, "--plot")?;
+    }
     let config = match &args.conf {
         Some(text) => Config::parse(text),
         None => Config::from_env(),
