@@ -281,7 +281,7 @@ fn bench_on(
         let config = OversubscriptionConfig::new(size_bytes, budget).with_passes(warmup, timed);
         Some(
             oversubscription::measure(ctx, &config).map_err(|error| match &error {
-                BenchError::Config(_) => Failure::bad_input(format!("--oversubscription: {error}")),
+                BenchError::Config(_) => Failure::bad_input(error.to_string()),
                 _ => Failure::internal(format!("oversubscription: {error}")),
             })?,
         )
