@@ -891,6 +891,8 @@ fn cli_rejects_bad_bench_and_info_input_with_exit_code_2() {
             "matches no adapter",
         ),
         (&["bench", "--conf", "policy:fastest"][..], "--conf"),
+        (&["bench", "--warmup-ms", "600001"][..], "--warmup-ms"),
+        (&["info", "--watch", "--count", "0"][..], "--count"),
     ] {
         let out = wgpool(args);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -25,7 +25,7 @@ pub struct InfoArgs {
     #[arg(long)]
     watch: bool,
     /// With --watch: stop after N reports.
-    #[arg(long, value_name = "N", requires = "watch")]
+    #[arg(long, value_name = "N", requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
     /// With --watch: milliseconds between reports (default 1000).
     #[arg(long, value_name = "MS", requires = "watch")]
