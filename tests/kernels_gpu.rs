@@ -310,10 +310,10 @@ fn operands_larger_than_the_binding_window_are_processed_fully() {
     let kernels = Kernels::with_options(
         ctx.device(),
         ctx.queue(),
-        KernelOptions {
-            max_window_bytes: Some(window),
-            max_workgroups: Some(1), // one workgroup: the grid-stride loop must cover the rest
-        },
+        // One workgroup: the grid-stride loop must cover the rest.
+        KernelOptions::default()
+            .with_max_window_bytes(window)
+            .with_max_workgroups(1),
     )
     .expect("small window");
     assert_eq!(kernels.window_bytes(), window);
@@ -573,10 +573,7 @@ fn bad_operands_are_refused_with_errors_naming_the_operand() {
     let err = Kernels::with_options(
         ctx.device(),
         ctx.queue(),
-        KernelOptions {
-            max_window_bytes: Some(16),
-            max_workgroups: None,
-        },
+        KernelOptions::default().with_max_window_bytes(16),
     )
     .expect_err("tiny window");
     assert!(
@@ -673,11 +670,8 @@ fn vulkan_adapters_report_memory_heaps() {
 fn unknown_adapter_name_is_an_error_listing_the_adapters() {
     // An instance and its adapters, created while no test creates a device.
     let err = common::own(|| {
-        GpuContext::headless(&HeadlessOptions {
-            adapter_name: Some("no such adapter 7f3a".into()),
-            ..HeadlessOptions::default()
-        })
-        .expect_err("no adapter has that name")
+        GpuContext::headless(&HeadlessOptions::default().with_adapter_name("no such adapter 7f3a"))
+            .expect_err("no adapter has that name")
     });
     let text = err.to_string();
     assert!(text.contains("no such adapter 7f3a"), "{text}");

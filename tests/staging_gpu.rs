@@ -22,13 +22,11 @@ fn pool(gpu: &GpuContext) -> Pool {
 /// Small chunks and two in flight, so that a few MiB span many chunks; two copy threads
 /// with a small per-thread minimum, so that the parallel copy paths run too.
 fn small_options() -> StagingOptions {
-    StagingOptions {
-        chunk_size: 64 << 10,
-        max_in_flight: 2,
-        threads: 2,
-        min_bytes_per_thread: 4096,
-        max_cached_bytes: None,
-    }
+    StagingOptions::default()
+        .with_chunk_size(64 << 10)
+        .with_max_in_flight(2)
+        .with_threads(2)
+        .with_min_bytes_per_thread(4096)
 }
 
 fn staging(pool: &Pool) -> StagingPool {
@@ -242,14 +240,8 @@ fn staging_buffers_are_reused_not_recreated() {
 fn the_cache_keeps_at_most_max_cached_bytes() {
     let gpu = common::gpu();
     let pool = pool(gpu);
-    let staging = StagingPool::from_pool(
-        &pool,
-        StagingOptions {
-            max_cached_bytes: Some(64 << 10),
-            ..small_options()
-        },
-    )
-    .unwrap();
+    let staging =
+        StagingPool::from_pool(&pool, small_options().with_max_cached_bytes(64 << 10)).unwrap();
     // Two user buffers of the 64 KiB class held at once, then both returned: one fits.
     let first = staging.alloc_staging_buffer(1000).unwrap();
     let second = staging.alloc_staging_buffer(1000).unwrap();
@@ -331,14 +323,7 @@ fn an_upload_in_flight_is_not_corrupted_by_a_later_upload_of_the_same_class() {
         assert_eq!(staging.download(&y).unwrap(), b, "round {round}: block Y");
     }
     // Multi-chunk uploads in flight back to back, with one chunk buffer per transfer.
-    let one = StagingPool::from_pool(
-        &pool,
-        StagingOptions {
-            max_in_flight: 1,
-            ..small_options()
-        },
-    )
-    .unwrap();
+    let one = StagingPool::from_pool(&pool, small_options().with_max_in_flight(1)).unwrap();
     let x = pool.alloc(700_000).unwrap();
     let y = pool.alloc(700_000).unwrap();
     let a = pattern(91, 700_000);
@@ -583,39 +568,12 @@ fn bad_input_is_an_error_naming_what_is_allowed() {
     assert!(error.to_string().contains("max_buffer_size"), "{error}");
 
     for (options, name) in [
+        (small_options().with_chunk_size(3 << 20), "chunk_size"),
+        (small_options().with_chunk_size(4096), "chunk_size"),
+        (small_options().with_threads(0), "threads"),
+        (small_options().with_max_in_flight(0), "max_in_flight"),
         (
-            StagingOptions {
-                chunk_size: 3 << 20,
-                ..small_options()
-            },
-            "chunk_size",
-        ),
-        (
-            StagingOptions {
-                chunk_size: 4096,
-                ..small_options()
-            },
-            "chunk_size",
-        ),
-        (
-            StagingOptions {
-                threads: 0,
-                ..small_options()
-            },
-            "threads",
-        ),
-        (
-            StagingOptions {
-                max_in_flight: 0,
-                ..small_options()
-            },
-            "max_in_flight",
-        ),
-        (
-            StagingOptions {
-                min_bytes_per_thread: 1,
-                ..small_options()
-            },
+            small_options().with_min_bytes_per_thread(1),
             "min_bytes_per_thread",
         ),
     ] {
@@ -660,10 +618,7 @@ fn the_transfer_benchmark_verifies_and_reports_every_row() {
     let config = TransferBenchConfig {
         size_bytes: (2 << 20) + 12,
         counts: RunCounts::new(1, 3),
-        staging: StagingOptions {
-            chunk_size: 256 << 10,
-            ..StagingOptions::default()
-        },
+        staging: StagingOptions::default().with_chunk_size(256 << 10),
     };
     let report = measure_transfers(gpu, &config).unwrap();
     assert!(report.verified);

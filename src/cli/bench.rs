@@ -134,11 +134,9 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             "--size-mb 0: the size must be at least 1 MiB",
         ));
     }
-    let ctx = GpuContext::headless(&HeadlessOptions {
-        adapter_name: args.adapter.clone(),
-        ..HeadlessOptions::default()
-    })
-    .map_err(|error| Failure::gpu(&error, ""))?;
+    let mut headless = HeadlessOptions::default();
+    headless.adapter_name = args.adapter.clone();
+    let ctx = GpuContext::headless(&headless).map_err(|error| Failure::gpu(&error, ""))?;
     // On a lost device every later step fails in its own way (a map that fails, a check
     // that reads nothing); the loss is what the user needs to hear.
     bench_on(&ctx, &args, runs, kernels, &pool_config).map_err(|failure| {
@@ -210,9 +208,10 @@ fn bench_on(
         force_wall: args.wall,
         seed,
         kernels,
-        kernel_options: KernelOptions {
-            max_window_bytes: None,
-            max_workgroups: args.max_workgroups,
+        kernel_options: {
+            let mut kernel_options = KernelOptions::default();
+            kernel_options.max_workgroups = args.max_workgroups;
+            kernel_options
         },
     };
     let bar = std::io::stderr().is_terminal().then(|| {

@@ -18,7 +18,16 @@ pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY
     .union(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
 
 /// How to choose and open a headless device. `Default` means "whatever the environment says".
+///
+/// ```
+/// use wgpool::gpu::HeadlessOptions;
+/// let options = HeadlessOptions::default()
+///     .with_adapter_name("NVIDIA")
+///     .with_backends(wgpu::Backends::VULKAN);
+/// assert_eq!(options.adapter_name.as_deref(), Some("NVIDIA"));
+/// ```
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct HeadlessOptions {
     /// Pick the first adapter whose name contains this (case-insensitive). Overrides
     /// `WGPU_ADAPTER_NAME`; when both are `None`, wgpu's `request_adapter` chooses.
@@ -36,6 +45,51 @@ pub struct HeadlessOptions {
     /// wgpu's memory budget thresholds. Applied after the environment is read, because
     /// `InstanceDescriptor::with_env` resets them.
     pub memory_budget_thresholds: wgpu::MemoryBudgetThresholds,
+}
+
+impl HeadlessOptions {
+    /// Picks the first adapter whose name contains `name` (see
+    /// [`adapter_name`](Self::adapter_name)).
+    pub fn with_adapter_name(mut self, name: impl Into<String>) -> Self {
+        self.adapter_name = Some(name.into());
+        self
+    }
+
+    /// Searches only `backends` (see [`backends`](Self::backends)).
+    pub fn with_backends(mut self, backends: wgpu::Backends) -> Self {
+        self.backends = Some(backends);
+        self
+    }
+
+    /// Asks `request_adapter` for `preference` (see
+    /// [`power_preference`](Self::power_preference)).
+    pub fn with_power_preference(mut self, preference: wgpu::PowerPreference) -> Self {
+        self.power_preference = Some(preference);
+        self
+    }
+
+    /// Requires `features` on top of [`OPTIONAL_FEATURES`] (see
+    /// [`required_features`](Self::required_features)).
+    pub fn with_required_features(mut self, features: wgpu::Features) -> Self {
+        self.required_features = features;
+        self
+    }
+
+    /// wgpu's memory allocation hints (see [`memory_hints`](Self::memory_hints)).
+    pub fn with_memory_hints(mut self, hints: wgpu::MemoryHints) -> Self {
+        self.memory_hints = hints;
+        self
+    }
+
+    /// wgpu's memory budget thresholds (see
+    /// [`memory_budget_thresholds`](Self::memory_budget_thresholds)).
+    pub fn with_memory_budget_thresholds(
+        mut self,
+        thresholds: wgpu::MemoryBudgetThresholds,
+    ) -> Self {
+        self.memory_budget_thresholds = thresholds;
+        self
+    }
 }
 
 /// An open headless device and the facts about it.

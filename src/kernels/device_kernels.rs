@@ -21,7 +21,15 @@ pub const WORKGROUP_SIZE: u32 = 256;
 const PARAMS_BYTES: u64 = 16;
 
 /// Tuning knobs of [`Kernels`]; `Default` uses the device's limits.
+///
+/// ```
+/// use wgpool::kernels::KernelOptions;
+/// let options = KernelOptions::default().with_max_workgroups(1);
+/// assert_eq!(options.max_workgroups, Some(1));
+/// assert_eq!(options.max_window_bytes, None);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KernelOptions {
     /// Largest range bound in one dispatch, in bytes. `None`: the device's
     /// `max_storage_buffer_binding_size`. Smaller values (tests) must be at least twice the
@@ -31,6 +39,22 @@ pub struct KernelOptions {
     /// Most workgroups per dispatch; the grid-stride loops cover the rest. `None`: the
     /// device's `max_compute_workgroups_per_dimension`.
     pub max_workgroups: Option<u32>,
+}
+
+impl KernelOptions {
+    /// Binds at most `bytes` of an operand in one dispatch (see
+    /// [`max_window_bytes`](Self::max_window_bytes)).
+    pub fn with_max_window_bytes(mut self, bytes: u64) -> Self {
+        self.max_window_bytes = Some(bytes);
+        self
+    }
+
+    /// Dispatches at most `workgroups` workgroups at a time (see
+    /// [`max_workgroups`](Self::max_workgroups)).
+    pub fn with_max_workgroups(mut self, workgroups: u32) -> Self {
+        self.max_workgroups = Some(workgroups);
+        self
+    }
 }
 
 struct Pipeline {

@@ -22,7 +22,18 @@ pub const MAX_IN_FLIGHT: usize = 1024;
 /// `min(available_parallelism, 8)`, one thread for copies under 2 MiB, and an unlimited
 /// cache. [`StagingPool::new`](super::StagingPool::new) checks every field and names the
 /// first that is out of range.
+///
+/// ```
+/// use wgpool::staging::StagingOptions;
+/// let options = StagingOptions::default()
+///     .with_chunk_size(16 << 20)
+///     .with_threads(2)
+///     .with_max_cached_bytes(256 << 20);
+/// assert_eq!(options.chunk_size, 16 << 20);
+/// assert!(options.validate(1 << 30).is_ok());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct StagingOptions {
     /// Bytes per staging chunk of a large transfer. A power of two, at least 64 KiB and at
     /// most the device's `max_buffer_size`. Transfers up to this size use one staging buffer
@@ -65,11 +76,42 @@ pub fn default_threads() -> usize {
 }
 
 impl StagingOptions {
+    /// Bytes per staging chunk (see [`chunk_size`](Self::chunk_size)).
+    pub fn with_chunk_size(mut self, bytes: u64) -> Self {
+        self.chunk_size = bytes;
+        self
+    }
+
+    /// Chunks one transfer keeps in flight (see [`max_in_flight`](Self::max_in_flight)).
+    pub fn with_max_in_flight(mut self, chunks: usize) -> Self {
+        self.max_in_flight = chunks;
+        self
+    }
+
+    /// Copy threads, the calling thread included (see [`threads`](Self::threads)).
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// Bytes per copy thread (see [`min_bytes_per_thread`](Self::min_bytes_per_thread)).
+    pub fn with_min_bytes_per_thread(mut self, bytes: u64) -> Self {
+        self.min_bytes_per_thread = bytes;
+        self
+    }
+
+    /// Caches at most `bytes` of idle staging memory (see
+    /// [`max_cached_bytes`](Self::max_cached_bytes)).
+    pub fn with_max_cached_bytes(mut self, bytes: u64) -> Self {
+        self.max_cached_bytes = Some(bytes);
+        self
+    }
+
     /// Checks every field against the device's `max_buffer_size`.
     ///
     /// ```
     /// use wgpool::staging::StagingOptions;
-    /// let options = StagingOptions { chunk_size: 3 << 20, ..StagingOptions::default() };
+    /// let options = StagingOptions::default().with_chunk_size(3 << 20);
     /// let error = options.validate(1 << 30).unwrap_err();
     /// assert!(error.to_string().contains("chunk_size"));
     /// assert!(StagingOptions::default().validate(1 << 30).is_ok());
