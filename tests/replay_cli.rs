@@ -707,3 +707,45 @@ fn an_unwritable_output_file_is_refused_before_the_run() {
         &svg[..40.min(svg.len())]
     );
 }
+
+/// A FIFO as the output file: the check before the run leaves it alone (opening it would
+/// wait for its reader, and closing it would end the reader's input), and the snapshot
+/// reaches the reader whole.
+#[cfg(unix)]
+#[test]
+fn a_fifo_output_file_gets_the_whole_snapshot() {
+    let trace = TraceFile::new(MIXED);
+    let fifo = std::env::temp_dir().join(format!("wgpool-fifo-{}", std::process::id()));
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).expect("read the FIFO"))
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wgpool"))
+        .args(["replay", trace.0.to_str().unwrap(), "--json", "--snapshot"])
+        .arg(&fifo)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run wgpool");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            // The reader thread, if still waiting, ends with the test process.
+            panic!("wgpool did not finish writing to the FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let bytes = reader.join().unwrap();
+    std::fs::remove_file(&fifo).unwrap();
+    assert!(status.success());
+    assert_eq!(bytes.first(), Some(&0x80), "a pickle starts with PROTO");
+    assert!(bytes.len() > 100, "{} bytes", bytes.len());
+}

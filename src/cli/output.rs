@@ -52,9 +52,11 @@ pub fn file_failure(error: &(dyn Error + 'static)) -> Failure {
 
 /// Checks, before any work, that an output file named by `option` (`--plot`, `--snapshot`)
 /// can be written, so that a long run is not thrown away for a path that was wrong from
-/// the start. An existing file is opened for appending (nothing in it changes); a new one is
-/// created and removed again. A file that becomes unwritable during the run is still
-/// reported when it is written.
+/// the start. An existing regular file is opened for appending (nothing in it changes); a
+/// new one is created and removed again; a folder is refused. Anything else that exists (a
+/// pipe, a FIFO, `/dev/stdout`) is left alone: opening a FIFO would wait for its reader, and
+/// closing it would end the reader's input before the run wrote anything. A file that
+/// becomes unwritable during the run is still reported when it is written.
 pub fn check_output_file(path: &std::path::Path, option: &str) -> Result<(), Failure> {
     let refuse = |why: String| {
         Failure::bad_input(format!(
@@ -64,6 +66,7 @@ pub fn check_output_file(path: &std::path::Path, option: &str) -> Result<(), Fai
     };
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => Err(refuse("it is a directory".to_string())),
+        Ok(meta) if !meta.is_file() => Ok(()),
         Ok(_) => std::fs::OpenOptions::new()
             .append(true)
             .open(path)
