@@ -886,6 +886,19 @@ fn cli_rejects_bad_bench_and_info_input_with_exit_code_2() {
         ),
         (&["bench", "--conf", "policy:fastest"][..], "--conf"),
         (&["bench", "--warmup-ms", "600001"][..], "--warmup-ms"),
+        // Refused before the kernels run: here in under a second, where after them it took
+        // minutes on lavapipe.
+        (
+            &[
+                "bench",
+                "--oversubscription",
+                "--size-mb",
+                "1",
+                "--budget-mb",
+                "1",
+            ][..],
+            "fewer than four blocks",
+        ),
         (&["info", "--watch", "--count", "0"][..], "--count"),
     ] {
         let out = wgpool(args);

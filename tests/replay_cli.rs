@@ -695,17 +695,24 @@ fn an_unwritable_output_file_is_refused_before_the_run() {
             "{args:?}: {stderr}"
         );
     }
-    // A new file that can be written is left as the run writes it, not as the check did.
+    // A new file, and an existing one, are left as the run writes them, not as the check
+    // did (it creates and removes a new file, and opens an existing one to append nothing).
     let fresh = std::env::temp_dir().join(format!("wgpool-plot-{}.svg", std::process::id()));
-    let out = wgpool(&["replay", path, "--plot", fresh.to_str().unwrap()], None);
-    assert!(out.status.success());
-    let svg = std::fs::read_to_string(&fresh).unwrap();
-    std::fs::remove_file(&fresh).unwrap();
-    assert!(
-        svg.starts_with("<svg") || svg.starts_with("<?xml"),
-        "{}",
-        &svg[..40.min(svg.len())]
-    );
+    for existing in [false, true] {
+        if existing {
+            std::fs::write(&fresh, "old contents").unwrap();
+        }
+        let out = wgpool(&["replay", path, "--plot", fresh.to_str().unwrap()], None);
+        assert!(out.status.success());
+        let svg = std::fs::read_to_string(&fresh).unwrap();
+        std::fs::remove_file(&fresh).unwrap();
+        assert!(
+            svg.starts_with("<svg") || svg.starts_with("<?xml"),
+            "{}",
+            &svg[..40.min(svg.len())]
+        );
+        assert!(!svg.contains("old contents"));
+    }
 }
 
 /// A FIFO as the output file: the check before the run leaves it alone (opening it would

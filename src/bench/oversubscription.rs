@@ -92,6 +92,37 @@ impl OversubscriptionConfig {
         self.timed_passes = timed;
         self
     }
+
+    /// The checks [`measure`] makes before it runs anything, for a caller that runs other
+    /// work first: [`BenchError::Config`] for a block size that is not a positive multiple
+    /// of 4, a budget under four blocks, or no timed pass.
+    ///
+    /// ```
+    /// use wgpool::bench::oversubscription::OversubscriptionConfig;
+    /// assert!(OversubscriptionConfig::new(1 << 20, 4 << 20).validate().is_ok());
+    /// let error = OversubscriptionConfig::new(1 << 20, 1 << 20).validate().unwrap_err();
+    /// assert!(error.to_string().contains("fewer than four blocks"));
+    /// ```
+    pub fn validate(&self) -> Result<(), BenchError> {
+        if self.block_bytes == 0 || self.block_bytes % 4 != 0 {
+            return Err(BenchError::Config(format!(
+                "oversubscription: blocks of {} bytes; they must be a positive multiple of 4",
+                self.block_bytes
+            )));
+        }
+        if self.budget_bytes < 4 * self.block_bytes {
+            return Err(BenchError::Config(format!(
+                "oversubscription: a budget of {} bytes holds fewer than four blocks of {}",
+                self.budget_bytes, self.block_bytes
+            )));
+        }
+        if self.timed_passes == 0 {
+            return Err(BenchError::Config(
+                "oversubscription: at least one timed pass is needed".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// How the blocks over the budget are served.
@@ -473,23 +504,7 @@ pub fn measure(
     gpu: &GpuContext,
     config: &OversubscriptionConfig,
 ) -> Result<OversubscriptionReport, BenchError> {
-    if config.block_bytes == 0 || config.block_bytes % 4 != 0 {
-        return Err(BenchError::Config(format!(
-            "oversubscription: blocks of {} bytes; they must be a positive multiple of 4",
-            config.block_bytes
-        )));
-    }
-    if config.budget_bytes < 4 * config.block_bytes {
-        return Err(BenchError::Config(format!(
-            "oversubscription: a budget of {} bytes holds fewer than four blocks of {}",
-            config.budget_bytes, config.block_bytes
-        )));
-    }
-    if config.timed_passes == 0 {
-        return Err(BenchError::Config(
-            "oversubscription: at least one timed pass is needed".into(),
-        ));
-    }
+    config.validate()?;
     let moves = residency_moves::measure(gpu, config.block_bytes, 1, 5)?;
     let kernels = Kernels::new(gpu.device(), gpu.queue());
     let link = link_rates(gpu, config.block_bytes)?;

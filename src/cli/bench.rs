@@ -184,6 +184,20 @@ fn bench_on(
             ctx.limits().max_buffer_size
         )));
     }
+    // Checked before the kernels run, not after them: a wrong budget loses no run.
+    let oversubscription_config = if args.oversubscription {
+        let budget = args
+            .budget_mb
+            .map_or(16 * size_bytes, |mb| mb.saturating_mul(1 << 20));
+        let (warmup, timed) = if args.quick { (1, 3) } else { (1, 5) };
+        let config = OversubscriptionConfig::new(size_bytes, budget).with_passes(warmup, timed);
+        config
+            .validate()
+            .map_err(|error| Failure::bad_input(error.to_string()))?;
+        Some(config)
+    } else {
+        None
+    };
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -272,20 +286,14 @@ fn bench_on(
     } else {
         None
     };
-    let oversubscription = if args.oversubscription {
-        let budget = args
-            .budget_mb
-            .map_or(16 * size_bytes, |mb| mb.saturating_mul(1 << 20));
-        let (warmup, timed) = if args.quick { (1, 3) } else { (1, 5) };
-        let config = OversubscriptionConfig::new(size_bytes, budget).with_passes(warmup, timed);
-        Some(
-            oversubscription::measure(ctx, &config).map_err(|error| match &error {
+    let oversubscription = match &oversubscription_config {
+        Some(config) => Some(oversubscription::measure(ctx, config).map_err(
+            |error| match &error {
                 BenchError::Config(_) => Failure::bad_input(error.to_string()),
                 _ => Failure::internal(format!("oversubscription: {error}")),
-            })?,
-        )
-    } else {
-        None
+            },
+        )?),
+        None => None,
     };
     // Every section ran on this device; figures of work a lost device dropped are not printed.
     if let Err(lost) = ctx.errors().check_device() {
