@@ -35,10 +35,14 @@ for conf in expandable_segments:True expandable_segments:False; do
   head -25 "$OUT/perf-dso-$m.txt"
   head -40 "$OUT/perf-$m.txt"
   python3 -c "
-import json,sys
-for l in open('$OUT/record-$m.jsonl'):
-    r=json.loads(l); f=r['runs'][0]
-    print('first run %.3f s, driver %.3f, pool %.1f ns/op, engine %.1f' % (f['replay_time_s'], f['driver_time_s'], f['pool_ns_per_op'], r['engine_ns_per_op']))
+import json
+# The reports are pretty-printed, one after another: read them one object at a time.
+text, at, decoder = open('$OUT/record-$m.jsonl').read(), 0, json.JSONDecoder()
+while at < len(text.rstrip()):
+    r, at = decoder.raw_decode(text, at)
+    while at < len(text) and text[at].isspace():
+        at += 1
+    print('first run %.3f s, driver %.3f, pool %.1f ns/op, engine %.1f' % (r['wall_time_s'], r['driver_time_s'], r['pool_ns_per_op'], r['engine_ns_per_op']))
 "
 done
 (cd "$OUT" && mkdir -p /tmp/pk && mv ./* /tmp/pk/ 2>/dev/null; tar czf /tmp/perfpart.tgz -C /tmp/pk . ; rm -rf /tmp/pk; mv /tmp/perfpart.tgz "$OUT/perf.tgz")
