@@ -147,6 +147,58 @@ fn passthrough_backend_creates_and_releases_a_segment_per_allocation() {
     assert_eq!(u(&report, "peak_live_bytes"), 5 * MIB + 1000);
 }
 
+/// A pass that leaves its 1000 B block allocated; PyTorch's rules give it a 20 MiB and a
+/// 2 MiB segment.
+const LEAVES_ONE: &str = "alloc,1,3145728,0\nalloc,2,1000,0\nfree,1,3145728,0\n";
+
+#[test]
+fn passes_run_the_trace_in_a_loop_with_the_cache_kept() {
+    let trace = TraceFile::new(LEAVES_ONE);
+    let report = replay_json(&trace, Some("policy:pytorch"), &["--passes", "3"]);
+    assert_eq!(u(&report, "passes"), 3);
+    assert_eq!(u(&report, "ops"), 9);
+    // What a pass leaves is freed at its end: live memory peaks as in one pass (without
+    // the frees the second pass would peak 1000 B higher).
+    assert_eq!(u(&report, "peak_live_bytes"), 3 * MIB + 1000);
+    // The cache is kept: the later passes reuse the first pass's two segments.
+    assert_eq!(u(&report, "segments_created"), 2);
+    assert_eq!(u(&report, "segments_released"), 0);
+    assert_eq!(u(&report, "peak_reserved_bytes"), 22 * MIB);
+    let one = replay_json(&trace, Some("policy:pytorch"), &[]);
+    assert_eq!((u(&one, "passes"), u(&one, "ops")), (1, 3));
+    let out = wgpool(
+        &[
+            "replay",
+            trace.0.to_str().unwrap(),
+            "--passes",
+            "3",
+            "--conf",
+            "policy:pytorch",
+        ],
+        None,
+    );
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("9 (3 passes of 3)"), "{text}");
+}
+
+#[test]
+fn passes_refuse_zero_the_oracle_and_the_gpu() {
+    let trace = TraceFile::new(LEAVES_ONE);
+    let path = trace.0.to_str().unwrap();
+    for (extra, says) in [
+        (&["--passes", "0"][..], "--passes"),
+        (&["--passes", "100001"][..], "--passes"),
+        (&["--passes", "2", "--oracle"][..], "--oracle"),
+        (&["--passes", "2", "--gpu"][..], "--gpu"),
+    ] {
+        let mut args = vec!["replay", path];
+        args.extend(extra);
+        let message = bad_input(&args, None);
+        assert!(message.contains(says), "{args:?}: {message}");
+    }
+}
+
 #[test]
 fn wgpool_conf_is_read_when_conf_is_absent_and_conf_overrides_it() {
     let trace = TraceFile::new(MIXED);

@@ -32,7 +32,10 @@ struct Row {
 struct Comparison<'a> {
     trace: &'a str,
     format: &'static str,
+    /// Operations each configuration replayed: every pass's, as in its report.
     ops: usize,
+    /// How many times the trace ran in a row (`--passes`).
+    passes: u32,
     rows: Vec<Row>,
 }
 
@@ -84,7 +87,8 @@ pub fn run(
     let comparison = Comparison {
         trace: file,
         format: trace.format.name(),
-        ops: trace.ops.len(),
+        ops: trace.ops.len() * options.passes.max(1) as usize,
+        passes: options.passes.max(1),
         rows,
     };
     if json {
@@ -99,8 +103,13 @@ fn table(c: &Comparison) -> String {
         .iter()
         .find_map(|r| r.report.as_ref())
         .map_or(0, |r| r.peak_live_bytes);
+    let passes = if c.passes > 1 {
+        format!(" in {} passes", c.passes)
+    } else {
+        String::new()
+    };
     let mut out = format!(
-        "trace {} ({}, {} ops), peak live {} ({live} B)\n\n",
+        "trace {} ({}, {} ops{passes}), peak live {} ({live} B)\n\n",
         c.trace,
         c.format,
         c.ops,

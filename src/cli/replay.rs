@@ -76,6 +76,11 @@ pub struct ReplayArgs {
     /// and the median of the rest.
     #[arg(long, value_name = "N", requires = "gpu", value_parser = clap::value_parser!(u32).range(1..=1000))]
     repeat: Option<u32>,
+    /// Replay the trace N times in a row on one engine with its cache kept, as a training
+    /// loop runs the same steps again and again; what a pass leaves allocated is freed at
+    /// its end. The figures cover the whole loop (engine replay; with --gpu, see --repeat).
+    #[arg(long, value_name = "N", conflicts_with_all = ["gpu", "oracle"], value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    passes: Option<u32>,
     /// With --repeat: keep the pool's cache between runs instead of releasing it, so that
     /// the runs after the first measure the hot path (allocations that reuse cached memory).
     #[arg(long, requires = "repeat")]
@@ -142,7 +147,8 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         .with_device_memory(device_memory)
         .with_check_every_op(args.check)
         .with_oracle(args.oracle)
-        .with_stats(args.stats);
+        .with_stats(args.stats)
+        .with_passes(args.passes.unwrap_or(1));
     let recording = args.snapshot.is_some() || args.plot.is_some();
     let mut recorder = ReplayRecorder::new(
         if args.snapshot.is_some() {
@@ -150,7 +156,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         } else {
             0
         },
-        trace.ops.len(),
+        trace.ops.len() * args.passes.unwrap_or(1) as usize,
     );
     let report = if recording {
         replay_observed(&trace, &config, &options, &mut recorder)
@@ -210,7 +216,16 @@ fn text_report(file: &std::path::Path, format: &str, report: &ReplayReport) -> S
         "conf               {conf}  (policy:{})",
         report.policy
     ));
-    line(format!("ops                {}", report.ops));
+    if report.passes > 1 {
+        line(format!(
+            "ops                {} ({} passes of {})",
+            report.ops,
+            report.passes,
+            report.ops / u64::from(report.passes)
+        ));
+    } else {
+        line(format!("ops                {}", report.ops));
+    }
     line(format!(
         "peak live          {} ({} B)",
         bytes(report.peak_live_bytes),
@@ -284,7 +299,8 @@ fn run_compare(args: &ReplayArgs) -> Result<(), Failure> {
     let device_memory = device_memory(args)?;
     let options = ReplayOptions::default()
         .with_device_memory(device_memory)
-        .with_min_timed_runs(1);
+        .with_min_timed_runs(1)
+        .with_passes(args.passes.unwrap_or(1));
     super::compare::run(
         &trace,
         &args.file.display().to_string(),

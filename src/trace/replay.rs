@@ -26,8 +26,11 @@ pub struct ReplayReport {
     /// can map pages, like an H200 with Vulkan sparse binding) or `segments` (fixed
     /// segments: `expandable_segments:False`).
     pub mode: &'static str,
-    /// Operations replayed.
+    /// Operations replayed: every pass's ([`ReplayOptions::passes`]), the frees that end
+    /// a pass not counted.
     pub ops: u64,
+    /// How many times the trace ran in a row on one engine ([`ReplayOptions::passes`]).
+    pub passes: u32,
     /// Peak of the summed requested sizes of live allocations.
     pub peak_live_bytes: u64,
     /// Peak of physical memory: in segments mode, of reserved (segment) bytes; in pages
@@ -114,6 +117,12 @@ pub struct ReplayOptions {
     /// The largest segment the modelled device creates (a wgpu device's `max_buffer_size`);
     /// `None`: the engine's own bound.
     pub max_segment_size: Option<u64>,
+    /// How many times the trace runs in a row on one engine, its cache kept, as a training
+    /// loop runs the same steps again and again (1 by default, and 0 counts as 1). With more
+    /// than one, what a pass leaves allocated is freed at its end, as `replay --gpu --repeat
+    /// N --keep-cache` frees what a run leaves, so every pass starts from the same live
+    /// memory. The report's figures cover the whole loop.
+    pub passes: u32,
 }
 
 impl Default for ReplayOptions {
@@ -127,6 +136,7 @@ impl Default for ReplayOptions {
             cuda_addresses: true,
             page_mapping: Some(VirtualSegments::H200_PAGES),
             max_segment_size: None,
+            passes: 1,
         }
     }
 }
@@ -180,6 +190,27 @@ impl ReplayOptions {
     /// `max_buffer_size`).
     pub fn with_max_segment_size(mut self, bytes: Option<u64>) -> Self {
         self.max_segment_size = bytes;
+        self
+    }
+
+    /// These options, running the trace `passes` times in a row on one engine (see
+    /// [`ReplayOptions::passes`]).
+    ///
+    /// ```
+    /// use wgpool::config::Config;
+    /// use wgpool::trace::{ReplayOptions, parse_trace, replay};
+    /// // A step that keeps one buffer (its weights) and frees its activations.
+    /// let step = parse_trace("action,id,size,stream\n\
+    ///     alloc,1,4096,0\nalloc,2,1048576,0\nfree,2,1048576,0\n")?;
+    /// let options = ReplayOptions::default().with_passes(3).with_min_timed_runs(1);
+    /// let report = replay(&step, &Config::default(), &options)?;
+    /// assert_eq!((report.passes, report.ops), (3, 9));
+    /// // The weights are freed at the end of each pass, so live memory peaks as in one.
+    /// assert_eq!(report.peak_live_bytes, 4096 + 1048576);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_passes(mut self, passes: u32) -> Self {
+        self.passes = passes;
         self
     }
 }
@@ -238,98 +269,119 @@ fn run_once<O: EventObserver>(
     let mut live: u64 = 0;
     let mut peak_live: u64 = 0;
     let start = Instant::now();
-    for (i, op) in trace.ops[..stop.unwrap_or(trace.ops.len())]
-        .iter()
-        .enumerate()
-    {
-        match *op {
-            TraceOp::Alloc { slot, size, stream } => {
-                if size == 0 {
-                    continue;
-                }
-                note_stream(stream, &mut streams_seen, device.source);
-                if O::ACTIVE {
-                    device.observer.before_alloc(i, size, stream);
-                }
-                if check.is_some() {
-                    device.source.expect(trace.ids.get(i).copied());
-                }
-                let result = engine.allocate(size, stream, &mut device);
-                if let Some(check) = check.as_mut() {
-                    let address = trace.ids.get(i).copied().unwrap_or(0);
-                    check.compare(i, Outcome::Address { address }, &result);
-                }
-                match result {
-                    Ok(a) => {
-                        slots[slot as usize] = Some((a.block, size, stream));
-                        live += size;
-                        peak_live = peak_live.max(live);
-                        if O::ACTIVE {
-                            device.observer.on_alloc(i, &a, stream);
+    let passes = options.passes.max(1) as usize;
+    let ops = &trace.ops[..stop.unwrap_or(trace.ops.len())];
+    for pass in 0..passes {
+        // Operation `at` of the trace is operation `i` of the loop.
+        for (at, op) in ops.iter().enumerate() {
+            let i = pass * ops.len() + at;
+            match *op {
+                TraceOp::Alloc { slot, size, stream } => {
+                    if size == 0 {
+                        continue;
+                    }
+                    note_stream(stream, &mut streams_seen, device.source);
+                    if O::ACTIVE {
+                        device.observer.before_alloc(i, size, stream);
+                    }
+                    if check.is_some() {
+                        device.source.expect(trace.ids.get(at).copied());
+                    }
+                    let result = engine.allocate(size, stream, &mut device);
+                    if let Some(check) = check.as_mut() {
+                        let address = trace.ids.get(at).copied().unwrap_or(0);
+                        check.compare(i, Outcome::Address { address }, &result);
+                    }
+                    match result {
+                        Ok(a) => {
+                            slots[slot as usize] = Some((a.block, size, stream));
+                            live += size;
+                            peak_live = peak_live.max(live);
+                            if O::ACTIVE {
+                                device.observer.on_alloc(i, &a, stream);
+                            }
+                        }
+                        Err(AllocError::OutOfMemory(_)) => {
+                            if O::ACTIVE {
+                                device.observer.on_oom(i, size, stream);
+                            }
+                        }
+                        Err(e) => {
+                            return Err(ReplayError::Alloc {
+                                position: trace.position(at),
+                                source: Box::new(e),
+                            });
                         }
                     }
-                    Err(AllocError::OutOfMemory(_)) => {
-                        if O::ACTIVE {
-                            device.observer.on_oom(i, size, stream);
+                }
+                TraceOp::Refused { size, stream } => {
+                    if size == 0 {
+                        continue;
+                    }
+                    note_stream(stream, &mut streams_seen, device.source);
+                    device.source.expect(None);
+                    let result = engine.allocate(size, stream, &mut device);
+                    if let Some(check) = check.as_mut() {
+                        check.compare(i, Outcome::OutOfMemory, &result);
+                    }
+                    match result {
+                        // The recording allocator refused it and the trace never frees it: it
+                        // holds nothing afterwards here either.
+                        Ok(a) => engine.free(a.block, &mut device)?,
+                        Err(AllocError::OutOfMemory(_)) => {
+                            if O::ACTIVE {
+                                device.observer.on_oom(i, size, stream);
+                            }
+                        }
+                        Err(e) => {
+                            return Err(ReplayError::Alloc {
+                                position: trace.position(at),
+                                source: Box::new(e),
+                            });
                         }
                     }
-                    Err(e) => {
-                        return Err(ReplayError::Alloc {
-                            position: trace.position(i),
-                            source: Box::new(e),
-                        });
+                }
+                TraceOp::Free { slot } => {
+                    if let Some((block, size, stream)) = slots[slot as usize].take() {
+                        live -= size;
+                        if O::ACTIVE
+                            && let Some(a) = engine.allocation(block)
+                        {
+                            device.observer.on_free(i, &a, stream);
+                        }
+                        engine.free(block, &mut device)?;
                     }
                 }
             }
-            TraceOp::Refused { size, stream } => {
-                if size == 0 {
-                    continue;
-                }
-                note_stream(stream, &mut streams_seen, device.source);
-                device.source.expect(None);
-                let result = engine.allocate(size, stream, &mut device);
-                if let Some(check) = check.as_mut() {
-                    check.compare(i, Outcome::OutOfMemory, &result);
-                }
-                match result {
-                    // The recording allocator refused it and the trace never frees it: it
-                    // holds nothing afterwards here either.
-                    Ok(a) => engine.free(a.block, &mut device)?,
-                    Err(AllocError::OutOfMemory(_)) => {
-                        if O::ACTIVE {
-                            device.observer.on_oom(i, size, stream);
-                        }
-                    }
-                    Err(e) => {
-                        return Err(ReplayError::Alloc {
-                            position: trace.position(i),
-                            source: Box::new(e),
-                        });
-                    }
-                }
+            if O::ACTIVE {
+                device.observer.after_op(i, &engine, live);
             }
-            TraceOp::Free { slot } => {
-                if let Some((block, size, stream)) = slots[slot as usize].take() {
+            if options.check_every_op {
+                engine
+                    .check_invariants()
+                    .map_err(|source| ReplayError::Invariant {
+                        position: trace.position(at),
+                        source,
+                    })?;
+            }
+        }
+        // In a loop, each pass ends with nothing of it allocated, as the pass's last operation.
+        if passes > 1 && !ops.is_empty() {
+            let last = (pass + 1) * ops.len() - 1;
+            for slot in &mut slots {
+                if let Some((block, size, stream)) = slot.take() {
                     live -= size;
                     if O::ACTIVE
                         && let Some(a) = engine.allocation(block)
                     {
-                        device.observer.on_free(i, &a, stream);
+                        device.observer.on_free(last, &a, stream);
                     }
                     engine.free(block, &mut device)?;
                 }
             }
-        }
-        if O::ACTIVE {
-            device.observer.after_op(i, &engine, live);
-        }
-        if options.check_every_op {
-            engine
-                .check_invariants()
-                .map_err(|source| ReplayError::Invariant {
-                    position: trace.position(i),
-                    source,
-                })?;
+            if O::ACTIVE {
+                device.observer.after_op(last, &engine, live);
+            }
         }
     }
     let elapsed_ns = start.elapsed().as_nanos();
@@ -401,6 +453,11 @@ pub fn replay_observed<O: EventObserver>(
     options: &ReplayOptions,
     observer: &mut O,
 ) -> Result<ReplayReport, ReplayError> {
+    if options.oracle && options.passes > 1 {
+        return Err(ReplayError::OracleWithPasses {
+            passes: options.passes,
+        });
+    }
     let first = run_once(trace, config, options, observer, None)?;
     let timing_options = ReplayOptions {
         check_every_op: false,
@@ -433,11 +490,12 @@ pub fn replay_observed<O: EventObserver>(
         if trace.ops.is_empty() {
             0.0
         } else {
-            ns as f64 / trace.ops.len() as f64
+            ns as f64 / (trace.ops.len() as f64 * f64::from(options.passes.max(1)))
         }
     };
     let stats = first.engine.memory_stats();
-    let ops = trace.ops.len() as u64;
+    let passes = options.passes.max(1);
+    let ops = trace.ops.len() as u64 * u64::from(passes);
     let pages = first.engine.page_stats();
     let peak_reserved = pages.map_or(stats.reserved_bytes.all.peak, |p| p.physical_peak);
     let ratio_of = |x: u64| {
@@ -453,6 +511,7 @@ pub fn replay_observed<O: EventObserver>(
         policy: config.policy.name(),
         mode: first.engine.memory_mode().name(),
         ops,
+        passes,
         peak_live_bytes: first.peak_live,
         peak_reserved_bytes: peak_reserved,
         ratio: ratio_of(peak_reserved),

@@ -30,6 +30,17 @@ pub enum ReplayError {
     /// The engine refused to free a block it handed out (a bug of the engine).
     #[error(transparent)]
     Free(#[from] FreeError),
+    /// [`oracle`](super::ReplayOptions::with_oracle) with more than one
+    /// [`pass`](super::ReplayOptions::with_passes): the trace's addresses are those of one
+    /// pass, so only one can be checked against them.
+    #[error(
+        "the oracle checks the trace's own addresses, which hold for one pass; {passes} passes \
+         asked for"
+    )]
+    OracleWithPasses {
+        /// The passes asked for.
+        passes: u32,
+    },
     /// With [`check_every_op`](super::ReplayOptions::with_check_every_op), the engine's
     /// invariants were broken after an operation (a bug of the engine).
     #[error("after {position}: {source}")]
@@ -82,5 +93,16 @@ mod tests {
         let error = replay(&trace, &config, &options).expect_err("no pages to map");
         assert_eq!(error, ReplayError::Engine(EngineError::PagesUnavailable));
         assert_eq!(error.to_string(), EngineError::PagesUnavailable.to_string());
+    }
+
+    #[test]
+    fn the_oracle_checks_one_pass_only() {
+        let trace = parse_trace("action,id,size,stream\nalloc,1,512,0\n").expect("a valid trace");
+        let options = ReplayOptions::default().with_oracle(true);
+        let config = Config::parse("policy:pytorch").expect("a valid configuration");
+        assert!(replay(&trace, &config, &options.with_passes(1)).is_ok());
+        let error = replay(&trace, &config, &options.with_passes(2)).expect_err("two passes");
+        assert_eq!(error, ReplayError::OracleWithPasses { passes: 2 });
+        assert!(error.to_string().contains("2 passes"), "{error}");
     }
 }
