@@ -149,6 +149,13 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         .with_oracle(args.oracle)
         .with_stats(args.stats)
         .with_passes(args.passes.unwrap_or(1));
+    // A loop is timed by as few more runs of it as fill the timing's 200 ms (at least one),
+    // not by the five a single pass gets.
+    let options = if options.passes > 1 {
+        options.with_min_timed_runs(1)
+    } else {
+        options
+    };
     let recording = args.snapshot.is_some() || args.plot.is_some();
     let mut recorder = ReplayRecorder::new(
         if args.snapshot.is_some() {
