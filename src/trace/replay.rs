@@ -235,6 +235,26 @@ fn note_stream(stream: u32, seen: &mut u32, source: &mut OracleSegments) {
     }
 }
 
+/// Frees the block a slot held (block, size, stream) as operation `i` of the replay, and
+/// takes its size off `live`.
+#[inline(always)]
+fn free_held<O: EventObserver>(
+    (block, size, stream): (BlockId, u64, u32),
+    i: usize,
+    engine: &mut Engine,
+    device: &mut Observed<'_, OracleSegments, O>,
+    live: &mut u64,
+) -> Result<(), ReplayError> {
+    *live -= size;
+    if O::ACTIVE
+        && let Some(a) = engine.allocation(block)
+    {
+        device.observer.on_free(i, &a, stream);
+    }
+    engine.free(block, device)?;
+    Ok(())
+}
+
 /// Replays the first `stop` operations (all of them for `None`).
 fn run_once<O: EventObserver>(
     trace: &Trace,
@@ -342,14 +362,8 @@ fn run_once<O: EventObserver>(
                     }
                 }
                 TraceOp::Free { slot } => {
-                    if let Some((block, size, stream)) = slots[slot as usize].take() {
-                        live -= size;
-                        if O::ACTIVE
-                            && let Some(a) = engine.allocation(block)
-                        {
-                            device.observer.on_free(i, &a, stream);
-                        }
-                        engine.free(block, &mut device)?;
+                    if let Some(held) = slots[slot as usize].take() {
+                        free_held(held, i, &mut engine, &mut device, &mut live)?;
                     }
                 }
             }
@@ -369,14 +383,8 @@ fn run_once<O: EventObserver>(
         if passes > 1 && !ops.is_empty() {
             let last = (pass + 1) * ops.len() - 1;
             for slot in &mut slots {
-                if let Some((block, size, stream)) = slot.take() {
-                    live -= size;
-                    if O::ACTIVE
-                        && let Some(a) = engine.allocation(block)
-                    {
-                        device.observer.on_free(last, &a, stream);
-                    }
-                    engine.free(block, &mut device)?;
+                if let Some(held) = slot.take() {
+                    free_held(held, last, &mut engine, &mut device, &mut live)?;
                 }
             }
             if O::ACTIVE {
