@@ -5,7 +5,9 @@
 # twenty-fifth session): each replayed ten times in one process with the cache kept
 # (`--repeat 10 --keep-cache`), in pages mode (default) and in segments mode. Prints, per
 # configuration, each run's bind calls, driver time and replay time, the rest runs' median
-# pool and engine time per operation, and the device memory peak. Files in $OUT/call87.tgz.
+# pool and engine time per operation, and the device memory peak. Files in $OUT/$NAME.tgz.
+# CONFS (default `default expandable_segments:False`) and NAME (default call87) let call 88
+# run the same with other configurations.
 set -uo pipefail
 . docs/runs/device-env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -13,7 +15,7 @@ mkdir -p /tmp/traces
 python3 tools/synth_traces.py /tmp/traces moe-varying-experts serve-1b-grow train-eval-phases \
   convnet-multiscale > /dev/null
 for t in moe-varying-experts serve-1b-grow train-eval-phases convnet-multiscale; do
-  for conf in default expandable_segments:False; do
+  for conf in ${CONFS:-default expandable_segments:False}; do
     args=(replay /tmp/traces/$t.csv --gpu --repeat 10 --keep-cache --json)
     [ "$conf" = default ] || args+=(--conf "$conf")
     timeout 120 .dev/wgpool "${args[@]}" > "$OUT/$t-$conf.json" 2> "$OUT/$t-$conf.err"
@@ -32,4 +34,5 @@ print('  bind wait ms', [round(r['bind_wait_s'] * 1e3, 1) for r in runs])
 PY
   done
 done
-(cd "$OUT" && tar czf /tmp/call87.tgz . && find . -mindepth 1 -delete && mv /tmp/call87.tgz .)
+name=${NAME:-call87}
+(cd "$OUT" && tar czf /tmp/$name.tgz . && find . -mindepth 1 -delete && mv /tmp/$name.tgz .)

@@ -1,36 +1,7 @@
 #!/usr/bin/env bash
-# Call 88 (2026-12-07, twenty-fifth session): call 87 with `compact_recycle_rate:0`, in segments
-# mode and in pages mode (run as call 87's script rewritten by sed, the same as this file). Carry [".gl", ".dev"] (.dev/wgpool: fd59206's
-# release build). What a loop's continued remapping costs on the GPU, for the workloads whose
-# live set changes shape (ten engine passes map 2.0x to 3.7x their peak: docs/BENCHMARKS.md,
-# twenty-fifth session): each replayed ten times in one process with the cache kept
-# (`--repeat 10 --keep-cache`), in pages mode (default) and in segments mode. Prints, per
-# configuration, each run's bind calls, driver time and replay time, the rest runs' median
-# pool and engine time per operation, and the device memory peak. Files in $OUT/call88.tgz.
-set -uo pipefail
-. docs/runs/device-env.sh
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-mkdir -p /tmp/traces
-python3 tools/synth_traces.py /tmp/traces moe-varying-experts serve-1b-grow train-eval-phases \
-  convnet-multiscale > /dev/null
-for t in moe-varying-experts serve-1b-grow train-eval-phases convnet-multiscale; do
-  for conf in expandable_segments:False,compact_recycle_rate:0 compact_recycle_rate:0; do
-    args=(replay /tmp/traces/$t.csv --gpu --repeat 10 --keep-cache --json)
-    [ "$conf" = default ] || args+=(--conf "$conf")
-    timeout 120 .dev/wgpool "${args[@]}" > "$OUT/$t-$conf.json" 2> "$OUT/$t-$conf.err"
-    python3 - "$OUT/$t-$conf.json" "$t" "$conf" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-runs = d['runs']
-rest = d['rest_median']
-print(sys.argv[2], sys.argv[3], 'device peak / live',
-      round(d['device_memory_peak_bytes'] / d['peak_live_bytes'], 4),
-      'rest pool', round(rest['pool_ns_per_op']), 'engine', round(d['engine_ns_per_op']))
-print('  binds', [r['bind_calls'] for r in runs])
-print('  driver ms', [round(r['driver_time_s'] * 1e3, 1) for r in runs])
-print('  replay ms', [round(r['replay_time_s'] * 1e3, 1) for r in runs])
-print('  bind wait ms', [round(r['bind_wait_s'] * 1e3, 1) for r in runs])
-PY
-  done
-done
-(cd "$OUT" && tar czf /tmp/call88.tgz . && find . -mindepth 1 -delete && mv /tmp/call88.tgz .)
+# Call 88 (2026-12-07, twenty-fifth session): call 87 with `compact_recycle_rate:0`, in
+# segments mode and in pages mode. Carry [".gl", ".dev"]. Files in $OUT/call88.tgz. (Run on
+# the machine call 87 had warmed, as call 87's script rewritten by sed to these
+# configurations and that name, with NO_DEBS=1: the same commands as this.)
+CONFS="expandable_segments:False,compact_recycle_rate:0 compact_recycle_rate:0" NAME=call88 \
+  bash docs/runs/call87-2026-12-07.sh
