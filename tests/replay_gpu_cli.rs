@@ -186,6 +186,18 @@ fn replay_reports_the_pool_and_engine_time_per_operation_and_repeats() {
         );
         assert_eq!(report["pool_ns_per_op"], runs[0]["pool_ns_per_op"]);
         let rest = &report["rest_median"];
+        // Each run's peaks are the peaks so far: the first run's are the report's, they
+        // never fall, and the rest's are the last run's.
+        for key in ["device_memory_peak_bytes", "peak_reserved_bytes"] {
+            assert_eq!(runs[0][key], report[key], "{key}: {report}");
+            for pair in runs.windows(2) {
+                assert!(
+                    pair[1][key].as_u64() >= pair[0][key].as_u64(),
+                    "{key}: {report}"
+                );
+            }
+            assert_eq!(rest[key], runs[2][key], "{key}: {report}");
+        }
         let mut rest_ns: Vec<f64> = runs[1..]
             .iter()
             .map(|r| r["pool_ns_per_op"].as_f64().unwrap())

@@ -151,6 +151,15 @@ pub struct GpuReplayRun {
     pub bind_calls: u64,
     /// Orderings of all later GPU work after all submitted work (pages mode).
     pub wrapper_orderings: u64,
+    /// The pool's device memory peak so far: over this run and the ones before it. The
+    /// report's [`device_memory_peak_bytes`](GpuReplayReport::device_memory_peak_bytes) is
+    /// the first run's; with `--keep-cache`, the last run's figure is the loop's. In
+    /// `rest_median`, the largest of the rest runs'.
+    pub device_memory_peak_bytes: u64,
+    /// The engine's peak of reserved bytes so far, as
+    /// [`peak_reserved_bytes`](GpuReplayReport::peak_reserved_bytes) counts it for the first
+    /// run. In `rest_median`, the largest of the rest runs'.
+    pub peak_reserved_bytes: u64,
 }
 
 /// What a replay on a GPU measured. Serialized as `wgpool replay --gpu --json` prints it.
@@ -537,6 +546,8 @@ fn replay_once(
         device_allocations: after.allocations - before.allocations,
         bind_calls: after.bind_calls - before.bind_calls,
         wrapper_orderings: after.wrapper_orderings - before.wrapper_orderings,
+        device_memory_peak_bytes: after.device_bytes_peak,
+        peak_reserved_bytes: pool.memory_stats().reserved_bytes.all.peak,
     };
     Ok(RunOutcome { run, peak_live })
 }
@@ -582,6 +593,9 @@ fn median_run(runs: &[GpuReplayRun]) -> Option<GpuReplayRun> {
         device_allocations: n(|r| r.device_allocations),
         bind_calls: n(|r| r.bind_calls),
         wrapper_orderings: n(|r| r.wrapper_orderings),
+        // Peaks so far: the largest is the latest, what the runs reached.
+        device_memory_peak_bytes: runs.iter().map(|r| r.device_memory_peak_bytes).max()?,
+        peak_reserved_bytes: runs.iter().map(|r| r.peak_reserved_bytes).max()?,
     })
 }
 
