@@ -24,8 +24,11 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 runs = d['runs']
 rest = d['rest_median']
-print(sys.argv[2], sys.argv[3], 'device peak / live',
+last = runs[-1]
+print(sys.argv[2], sys.argv[3], 'first run device peak / live',
       round(d['device_memory_peak_bytes'] / d['peak_live_bytes'], 4),
+      'all runs', round(last.get('device_memory_peak_bytes', 0) / d['peak_live_bytes'], 4),
+      'reserved', round(last.get('peak_reserved_bytes', 0) / d['peak_live_bytes'], 4),
       'rest pool', round(rest['pool_ns_per_op']), 'engine', round(d['engine_ns_per_op']))
 print('  binds', [r['bind_calls'] for r in runs])
 print('  driver ms', [round(r['driver_time_s'] * 1e3, 1) for r in runs])
