@@ -212,6 +212,21 @@ fn replay_reports_the_pool_and_engine_time_per_operation_and_repeats() {
         assert!((ratio - rest_ns[1] / engine).abs() < 1e-9, "{report}");
         assert_eq!(report["wrapper_orderings"], 0);
     }
+    // The text report gives the peaks over all runs beside the rest runs' times.
+    let output = Command::new(env!("CARGO_BIN_EXE_wgpool"))
+        .arg("replay")
+        .arg(&trace)
+        .args(["--gpu", "--scale", "4", "--repeat", "2", "--keep-cache"])
+        .env_remove("WGPOOL_CONF")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("repeat             2 runs"), "{text}");
+    assert!(
+        text.contains("over all runs      device memory peak"),
+        "{text}"
+    );
     let _ = std::fs::remove_file(&trace);
 }
 

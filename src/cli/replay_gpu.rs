@@ -107,16 +107,12 @@ fn text_report(file: &std::path::Path, r: &GpuReplayReport) -> String {
                  {:.1} ns/op outside driver calls",
                 r.repeat, rest.replay_time_s, rest.driver_time_s, rest.pool_ns_per_op
             ),
+            // The rest runs' peaks are peaks so far, so they include the first run's.
             format!(
                 "over all runs      device memory peak {} ({:.4}x peak live), peak reserved {}",
-                bytes(
-                    rest.device_memory_peak_bytes
-                        .max(r.device_memory_peak_bytes)
-                ),
-                rest.device_memory_peak_bytes
-                    .max(r.device_memory_peak_bytes) as f64
-                    / r.peak_live_bytes.max(1) as f64,
-                bytes(rest.peak_reserved_bytes.max(r.peak_reserved_bytes))
+                bytes(rest.device_memory_peak_bytes),
+                rest.device_memory_peak_bytes as f64 / r.peak_live_bytes.max(1) as f64,
+                bytes(rest.peak_reserved_bytes)
             ),
         ]
     }))

@@ -207,6 +207,9 @@ impl ReplayOptions {
     /// assert_eq!((report.passes, report.ops), (3, 9));
     /// // The weights are freed at the end of each pass, so live memory peaks as in one.
     /// assert_eq!(report.peak_live_bytes, 4096 + 1048576);
+    /// // No passes counts as one.
+    /// let once = replay(&step, &Config::default(), &options.with_passes(0))?;
+    /// assert_eq!((once.passes, once.ops), (1, 3));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_passes(mut self, passes: u32) -> Self {
