@@ -230,6 +230,58 @@ fn replay_reports_the_pool_and_engine_time_per_operation_and_repeats() {
     let _ = std::fs::remove_file(&trace);
 }
 
+/// `engine_peak_reserved_bytes` is the engine alone on a model of the same device: where no
+/// size repeats (the reuse cache serves nothing) the pool places every block as it, to the
+/// byte, in both modes; on the GPT-2 training trace, whose sizes repeat, the reuse cache hands
+/// dropped blocks back without asking the engine, and with fixed segments the two differ.
+#[test]
+fn the_report_tells_the_pools_placement_from_its_engines() {
+    let trace = trace_file();
+    for conf in ["expandable_segments:False", "expandable_segments:auto"] {
+        let report = replay_gpu(&trace, &["--conf", conf, "--scale", "2"]);
+        let engine = report["engine_peak_reserved_bytes"]
+            .as_u64()
+            .expect("engine baseline");
+        assert_eq!(
+            report["peak_reserved_bytes"].as_u64(),
+            Some(engine),
+            "{report}"
+        );
+    }
+    let _ = std::fs::remove_file(&trace);
+    let gpt2 = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/gpt2-train.csv"
+    ));
+    let args = ["--conf", "expandable_segments:False", "--scale", "32"];
+    let report = replay_gpu(&gpt2, &args);
+    let engine = report["engine_peak_reserved_bytes"].as_u64().unwrap();
+    let live = report["peak_live_bytes"].as_u64().unwrap();
+    assert!(engine >= live, "{report}");
+    assert_ne!(
+        report["peak_reserved_bytes"].as_u64(),
+        Some(engine),
+        "{report}"
+    );
+    // The text report gives both, over peak live.
+    let output = Command::new(env!("CARGO_BIN_EXE_wgpool"))
+        .arg("replay")
+        .arg(&gpt2)
+        .args(["--gpu"])
+        .args(args)
+        .env_remove("WGPOOL_CONF")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    let expected = format!(
+        "reserved / live    {:.4} (the engine alone on this device: {:.4})",
+        report["ratio"].as_f64().unwrap(),
+        engine as f64 / live as f64
+    );
+    assert!(text.contains(&expected), "{expected}\n{text}");
+}
+
 #[test]
 fn the_owner_bias_changes_no_figure_of_a_replay() {
     let trace = trace_file();

@@ -72,7 +72,17 @@ fn text_report(file: &std::path::Path, r: &GpuReplayReport) -> String {
             bytes(r.peak_reserved_bytes),
             r.peak_reserved_bytes
         ),
-        format!("reserved / live    {:.4}", r.ratio),
+        format!(
+            "reserved / live    {:.4}{}",
+            r.ratio,
+            match r.engine_peak_reserved_bytes {
+                Some(engine) => format!(
+                    " (the engine alone on this device: {:.4})",
+                    engine as f64 / r.peak_live_bytes.max(1) as f64
+                ),
+                None => String::new(),
+            }
+        ),
         format!(
             "device memory peak {} ({} B, {:.4}x peak reserved)",
             bytes(r.device_memory_peak_bytes),

@@ -259,6 +259,14 @@ pub struct GpuReplayReport {
     /// `pool_ns_per_op / engine_ns_per_op` (the median of the runs after the first where
     /// there are several): what the pool adds around its engine.
     pub pool_over_engine: Option<f64>,
+    /// The peak of reserved bytes of the same engine-alone replay (one run of the trace on
+    /// the model of this device), beside the first run's
+    /// [`peak_reserved_bytes`](Self::peak_reserved_bytes): where they differ, the pool
+    /// placed blocks otherwise than its engine alone would. The pool's reuse cache hands a
+    /// just-dropped block to the next request of the same size without asking the engine,
+    /// so traces that repeat sizes can differ; where every size differs the two are equal.
+    /// `null` when not measured.
+    pub engine_peak_reserved_bytes: Option<u64>,
     /// Orderings of all later GPU work after all submitted work in the first run, and
     /// their CPU time (pages mode; see [`crate::pool::DeviceMemoryUsage::wrapper_orderings`]).
     pub wrapper_orderings: u64,
@@ -389,11 +397,12 @@ pub fn replay_on_gpu(
         }
     }
     let (peak_live, stats, usage, wall, heap) = first.expect("at least one run");
-    let engine_ns_per_op = if options.engine_baseline {
+    let engine = if options.engine_baseline {
         Some(engine_baseline(&scaled, config, &pool, device_memory, gpu)?)
     } else {
         None
     };
+    let engine_ns_per_op = engine.map(|(ns, _)| ns);
     let rest_median = median_run(&runs[1..]);
     let steady = rest_median.as_ref().unwrap_or(&runs[0]).pool_ns_per_op;
     let peak_reserved = stats.reserved_bytes.all.peak;
@@ -436,6 +445,7 @@ pub fn replay_on_gpu(
         pool_ns_per_op: runs[0].pool_ns_per_op,
         engine_ns_per_op,
         pool_over_engine: engine_ns_per_op.map(|engine| steady / engine),
+        engine_peak_reserved_bytes: engine.map(|(_, reserved)| reserved),
         wrapper_orderings: usage.wrapper_orderings,
         ordering_time_s: usage.ordering_time.as_secs_f64(),
         repeat: options.repeat.max(1),
@@ -554,21 +564,21 @@ fn replay_once(
 
 /// The engine alone on the same operations (`trace`, scaled as the pool's runs), the same
 /// configuration, and a modelled device with the pool's page mapping and largest buffer.
-/// Nanoseconds per operation, the median of the timed runs.
+/// Nanoseconds per operation, the median of the timed runs, and the peak of reserved bytes.
 fn engine_baseline(
     trace: &Trace,
     config: &Config,
     pool: &Pool,
     device_memory: Option<u64>,
     gpu: &GpuContext,
-) -> Result<f64, GpuReplayError> {
+) -> Result<(f64, u64), GpuReplayError> {
     let options = ReplayOptions::default()
         .with_device_memory(device_memory)
         .with_page_mapping(pool.page_mapping())
         .with_max_segment_size(Some(gpu.limits().max_buffer_size));
     let report = replay(trace, config, &options)
         .map_err(|source| GpuReplayError::EngineBaseline { source })?;
-    Ok(report.ns_per_op_median)
+    Ok((report.ns_per_op_median, report.peak_reserved_bytes))
 }
 
 /// The median of each figure over `runs`; `None` for none.
