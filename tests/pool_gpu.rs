@@ -1411,3 +1411,46 @@ fn a_block_given_another_segments_record_reaches_its_own_buffer() {
     drop(probe);
     pool.check_consistency().unwrap();
 }
+
+/// `reuse_cache`: on (the default policy's default) a request takes the block of its size
+/// dropped last, without the engine; off (and by default under `policy:pytorch`, whose
+/// placement is PyTorch's) the engine places it: the best fit, lowest address first.
+#[test]
+fn the_reuse_cache_hands_back_the_last_dropped_block_and_off_the_engine_places() {
+    let gpu = common::gpu();
+    for (conf, takes_the_last) in [
+        ("expandable_segments:False", true),
+        ("expandable_segments:False,reuse_cache:False", false),
+        ("policy:pytorch", false),
+        ("policy:pytorch,reuse_cache:True", true),
+    ] {
+        let pool = pool(gpu, conf);
+        assert_eq!(pool.config().reuses_blocks(), takes_the_last, "{conf}");
+        // Four blocks of the small kind side by side in one 2 MiB segment, the rest of it
+        // free after them.
+        let mut blocks: Vec<Option<Block>> = (0..4)
+            .map(|_| Some(pool.alloc(256 << 10).unwrap()))
+            .collect();
+        let offsets: Vec<u64> = blocks.iter().flatten().map(Block::offset).collect();
+        for pair in offsets.windows(2) {
+            assert_eq!(pair[1], pair[0] + (256 << 10), "{conf}: {offsets:?}");
+        }
+        // The first and the third dropped: two free blocks of the size, neither with a free
+        // neighbour; the engine's best fit is the first (lower address), the cache's the third
+        // (dropped last).
+        blocks[0] = None;
+        blocks[2] = None;
+        let next = pool.alloc(256 << 10).unwrap();
+        let expected = if takes_the_last {
+            offsets[2]
+        } else {
+            offsets[0]
+        };
+        assert_eq!(next.offset(), expected, "{conf}: {offsets:?}");
+        drop(next);
+        drop(blocks);
+        // Either way the statistics count the five allocations and their frees.
+        let allocation = pool.memory_stats().allocation.all;
+        assert_eq!((allocation.allocated, allocation.freed), (5, 5), "{conf}");
+    }
+}

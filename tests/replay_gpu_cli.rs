@@ -233,7 +233,8 @@ fn replay_reports_the_pool_and_engine_time_per_operation_and_repeats() {
 /// `engine_peak_reserved_bytes` is the engine alone on a model of the same device: where no
 /// size repeats (the reuse cache serves nothing) the pool places every block as it, to the
 /// byte, in both modes; on the GPT-2 training trace, whose sizes repeat, the reuse cache hands
-/// dropped blocks back without asking the engine, and with fixed segments the two differ.
+/// dropped blocks back without asking the engine, and with fixed segments the two differ
+/// unless the cache is off.
 #[test]
 fn the_report_tells_the_pools_placement_from_its_engines() {
     let trace = trace_file();
@@ -263,6 +264,18 @@ fn the_report_tells_the_pools_placement_from_its_engines() {
         Some(engine),
         "{report}"
     );
+    // Without the cache (`reuse_cache:False`, and `policy:pytorch`'s default) the pool
+    // places every block as its engine alone.
+    for conf in [
+        "expandable_segments:False,reuse_cache:False",
+        "policy:pytorch",
+    ] {
+        let report = replay_gpu(&gpt2, &["--conf", conf, "--scale", "32"]);
+        assert_eq!(
+            report["peak_reserved_bytes"], report["engine_peak_reserved_bytes"],
+            "{conf}: {report}"
+        );
+    }
     // The text report gives both, over peak live.
     let output = Command::new(env!("CARGO_BIN_EXE_wgpool"))
         .arg("replay")

@@ -201,6 +201,10 @@ pub struct Config {
     /// `vkQueueBindSparse` together, where binds are ordered on the GPU (`page_bind_batch`;
     /// 1: a call per map or unmap).
     pub page_bind_batch: u32,
+    /// Whether a GPU pool hands a dropped block straight to the next request of the same
+    /// size (`reuse_cache`); `None` is the policy's default: on for `policy:compact`, off for
+    /// `policy:pytorch`. See [`Config::reuses_blocks`].
+    pub reuse_cache: Option<bool>,
 }
 
 impl Default for Config {
@@ -229,6 +233,7 @@ impl Default for Config {
             compact_share_idle: true,
             page_reserve_chunks: 0,
             page_bind_batch: 16,
+            reuse_cache: None,
         }
     }
 }
@@ -295,6 +300,8 @@ builders! {
     with_page_reserve_chunks: page_reserve_chunks: u32;
     /// Sets `page_bind_batch`.
     with_page_bind_batch: page_bind_batch: u32;
+    /// Sets `reuse_cache` (`None`: the policy's default).
+    with_reuse_cache: reuse_cache: Option<bool>;
 }
 
 impl std::str::FromStr for Config {
@@ -331,6 +338,24 @@ impl Config {
             Policy::Compact => ExpandableSegments::Auto,
             Policy::Pytorch => ExpandableSegments::False,
         })
+    }
+
+    /// Whether a GPU pool serves a request from the block dropped just before it when their
+    /// requested sizes are equal, without the engine: `reuse_cache` as set, or the policy's
+    /// default (on for `policy:compact`, for speed; off for `policy:pytorch`, so that every
+    /// block is placed as PyTorch would place it). With it off, the pool places every block
+    /// exactly as its engine alone does (`wgpool replay`).
+    ///
+    /// ```
+    /// use wgpool::config::Config;
+    /// assert!(Config::default().reuses_blocks());
+    /// assert!(!Config::parse("policy:pytorch").unwrap().reuses_blocks());
+    /// assert!(Config::parse("policy:pytorch,reuse_cache:True").unwrap().reuses_blocks());
+    /// assert!(!Config::parse("reuse_cache:False").unwrap().reuses_blocks());
+    /// ```
+    pub fn reuses_blocks(&self) -> bool {
+        self.reuse_cache
+            .unwrap_or(matches!(self.policy, Policy::Compact))
     }
 
     /// Checks that every value is one the parser could have produced: within the bounds of

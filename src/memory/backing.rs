@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::cuda_segment_addresses::CudaSegmentAddresses;
 use super::device_memory::DeviceMemoryUsage;
 use super::paged::PagedSource;
 use super::plan::MemoryPlan;
@@ -58,6 +59,9 @@ pub(crate) struct Backing {
     /// The event log, while the pool records its history (`Pool::record_history`): segments
     /// created and released, ranges placed, pages mapped and unmapped.
     pub history: Option<EventLog>,
+    /// Fixed segments under `policy:pytorch`: where `cudaMalloc` would put each segment,
+    /// given to the engine as its address (see [`Backing::use_cuda_addresses`]).
+    addresses: Option<CudaSegmentAddresses>,
 }
 
 /// The engine's segment source, of either kind: fixed segment buffers, or address ranges
@@ -73,6 +77,17 @@ impl Backing {
             source,
             changes: Arc::default(),
             history: None,
+            addresses: None,
+        }
+    }
+
+    /// Gives the engine each new fixed segment's address as the CUDA driver would place it
+    /// (the model `wgpool replay` uses under `policy:pytorch`), so that free blocks of equal
+    /// size are reused in PyTorch's order. Fixed segments only: in pages mode this does
+    /// nothing.
+    pub fn use_cuda_addresses(&mut self) {
+        if let BackingKind::Segments(_) = self.source {
+            self.addresses = Some(CudaSegmentAddresses::new());
         }
     }
 
@@ -289,6 +304,13 @@ impl SegmentSource for Backing {
 
     fn release_segment(&mut self, id: SegmentId, size: u64) {
         self.with_source(|source| source.release_segment(id, size));
+        if let Some(addresses) = &mut self.addresses {
+            addresses.released(id);
+        }
+    }
+
+    fn segment_address(&mut self, id: SegmentId, size: u64, _kind: SegmentKind) -> Option<u64> {
+        self.addresses.as_mut()?.created(id, size)
     }
 
     fn page_mapping(&self) -> Option<PageMapping> {

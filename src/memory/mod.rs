@@ -19,6 +19,7 @@
 //! It imports the configuration, the engine, the gpu layer and history, and nothing above.
 
 mod backing;
+mod cuda_segment_addresses;
 mod device_memory;
 mod host_tier;
 mod paged;

@@ -44,8 +44,8 @@ impl Pool {
         }
         self.shared.check_device()?;
         // While the history records, every request goes through the engine, so that each
-        // allocation and free is an event.
-        if !self.shared.recording()
+        // allocation and free is an event; so it does where `reuse_cache` is off.
+        if !self.shared.bypasses_cache()
             && let Some((shared, mut parts)) = self.shared.reuse.take(size)
         {
             parts.exposure.clear();

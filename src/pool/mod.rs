@@ -214,6 +214,8 @@ impl Pool {
             .with_page_mapping(plan.page_mapping);
         let bias = Arc::new(OwnerBias::new(options.owner_bias));
         let reuse = ReuseCache::new(config.max_split_size.unwrap_or(u64::MAX), bias.clone());
+        let reuses_blocks = config.reuses_blocks();
+        let pytorch_placement = config.policy == crate::config::Policy::Pytorch;
         let mut engine =
             Engine::with_mode(config, engine_limits, plan.mode).map_err(PoolError::Config)?;
         let mut memory = crate::memory::for_plan(
@@ -225,6 +227,11 @@ impl Pool {
             options.chunk_policy,
         );
         debug_assert_eq!(engine.memory_mode(), memory.mode(), "one plan, one mode");
+        if pytorch_placement {
+            // Equal free blocks are reused in the order of their CUDA addresses, as in
+            // PyTorch and in `wgpool replay`.
+            memory.use_cuda_addresses();
+        }
         let mode_reason = plan.reason;
         let residents = match &options.residency {
             Some(residency) => Some(residents_for(
@@ -289,6 +296,7 @@ impl Pool {
                 held_blocks: AtomicUsize::new(0),
                 referenced_bytes: AtomicU64::new(0),
                 recording: AtomicBool::new(false),
+                reuse_off: !reuses_blocks,
                 log_leaks: options.log_leaks,
                 use_clock: Default::default(),
                 error_log: options.error_log,

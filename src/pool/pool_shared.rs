@@ -126,6 +126,9 @@ pub(crate) struct PoolShared {
     pub referenced_bytes: AtomicU64,
     /// Whether the history records (`Pool::record_history`): the reuse cache is bypassed.
     pub recording: AtomicBool,
+    /// Whether the configuration turns the reuse cache off (`reuse_cache`,
+    /// [`Config::reuses_blocks`](crate::config::Config::reuses_blocks)).
+    pub reuse_off: bool,
     /// Log the blocks still allocated when the last `Pool` handle drops.
     pub log_leaks: bool,
     /// Ticks once per use of a block that residency tracks.
@@ -142,6 +145,13 @@ impl PoolShared {
             Some(log) => log.check_device(),
             None => Ok(()),
         }
+    }
+
+    /// Whether requests and frees go through the engine, not the reuse cache: the history
+    /// records, or the configuration turns the cache off.
+    #[inline]
+    pub fn bypasses_cache(&self) -> bool {
+        self.reuse_off || self.recording()
     }
 
     /// Whether the history records.
@@ -198,7 +208,7 @@ impl PoolShared {
             free_to_shelf(&mut state, parts);
             return;
         }
-        if shared.recording() {
+        if shared.bypasses_cache() {
             let mut state = shared.lock();
             free_to_shelf(&mut state, parts);
             return;

@@ -264,8 +264,9 @@ pub struct GpuReplayReport {
     /// [`peak_reserved_bytes`](Self::peak_reserved_bytes): where they differ, the pool
     /// placed blocks otherwise than its engine alone would. The pool's reuse cache hands a
     /// just-dropped block to the next request of the same size without asking the engine,
-    /// so traces that repeat sizes can differ; where every size differs the two are equal.
-    /// `null` when not measured.
+    /// so traces that repeat sizes can differ; with the cache off
+    /// ([`Config::reuses_blocks`](crate::config::Config::reuses_blocks)) or where every size
+    /// differs the two are equal. `null` when not measured.
     pub engine_peak_reserved_bytes: Option<u64>,
     /// Orderings of all later GPU work after all submitted work in the first run, and
     /// their CPU time (pages mode; see [`crate::pool::DeviceMemoryUsage::wrapper_orderings`]).

@@ -55,6 +55,7 @@ const TESTED_KEYS: &[&str] = &[
     "compact_share_idle",
     "page_reserve_chunks",
     "page_bind_batch",
+    "reuse_cache",
 ];
 
 #[test]

@@ -287,3 +287,40 @@ fn page_bind_batch_takes_1_to_256_and_the_engine_ignores_it() {
         pages_placement("page_bind_batch:256")
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// reuse_cache
+// ---------------------------------------------------------------------------------------
+
+/// `reuse_cache` is a GPU pool's (the engine has no cache): the parser's values and each
+/// policy's default here; what it changes in a pool's placement is tested on the GPU
+/// (`tests/pool_gpu.rs`, `tests/replay_gpu_cli.rs`).
+#[test]
+fn reuse_cache_takes_auto_true_and_false_and_follows_the_policy() {
+    for (values, expected) in [
+        (&["False", "false", "0"][..], Some(false)),
+        (&["True", "true", "1"][..], Some(true)),
+        (&["auto"][..], None),
+    ] {
+        for value in values {
+            let config = Config::parse(&format!("reuse_cache:{value}")).unwrap();
+            assert_eq!(config.reuse_cache, expected, "{value}");
+            let round_trip = Config::parse(&config.to_conf_string()).unwrap();
+            assert_eq!(round_trip.reuse_cache, expected, "{value}");
+        }
+    }
+    let (key, written, _, message) = invalid_value("reuse_cache:sometimes");
+    assert_eq!(
+        (key.as_str(), written.as_str()),
+        ("reuse_cache", "sometimes")
+    );
+    assert!(message.contains("auto"), "{message}");
+    assert!(Config::default().reuses_blocks());
+    assert!(!Config::parse("policy:pytorch").unwrap().reuses_blocks());
+    assert!(
+        Config::parse("policy:pytorch,reuse_cache:True")
+            .unwrap()
+            .reuses_blocks()
+    );
+    assert!(!Config::parse("reuse_cache:False").unwrap().reuses_blocks());
+}
