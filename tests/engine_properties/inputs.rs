@@ -265,6 +265,9 @@ pub fn setup_strategy(shape: Shape) -> impl Strategy<Value = SegmentSetup> {
         prop::option::weighted(0.2, any::<bool>()).prop_map(keyed("compact_share_idle")),
         prop::option::weighted(0.2, prop_oneof![0u32..=64, 0u32..=65536])
             .prop_map(keyed("compact_small_map_kb")),
+        // A GPU pool's: the engine accepts it and places the same.
+        prop::option::weighted(0.1, prop_oneof![Just("auto"), Just("True"), Just("False")])
+            .prop_map(keyed("reuse_cache")),
     );
     let limits = (
         prop::option::weighted(0.85, (1u64..=32).prop_map(|g| g * GIB)),
@@ -276,7 +279,7 @@ pub fn setup_strategy(shape: Shape) -> impl Strategy<Value = SegmentSetup> {
         let (device_memory, mut device_limit, max_segment_size, fallback_mb) = l;
         let parts: Vec<String> = [
             o.0, o.1, o.2, o.3, o.4, o.5, o.6, o.7, o.8, o.9, o.10, o.11, k.0, k.1, k.2, k.3, k.4,
-            k.5, k.6, k.7, k.8, k.9, k.10,
+            k.5, k.6, k.7, k.8, k.9, k.10, k.11,
         ]
         .into_iter()
         .flatten()
@@ -387,6 +390,9 @@ pub fn page_setup_strategy(limited: bool) -> impl Strategy<Value = PageSetup> {
         prop::option::weighted(0.2, any::<bool>()).prop_map(keyed("compact_share_idle")),
         prop::option::weighted(0.2, prop_oneof![0u32..=64, 0u32..=65536])
             .prop_map(keyed("compact_small_map_kb")),
+        // A GPU pool's: the engine accepts it and places the same.
+        prop::option::weighted(0.1, prop_oneof![Just("auto"), Just("True"), Just("False")])
+            .prop_map(keyed("reuse_cache")),
     );
     let device = (
         any::<bool>(),
@@ -407,7 +413,7 @@ pub fn page_setup_strategy(limited: bool) -> impl Strategy<Value = PageSetup> {
         }
         let parts: Vec<String> = [
             o.1, o.2, o.3, o.4, gc, o.6, o.7, o.8, o.9, o.10, k.0, k.1, k.2, k.3, k.4, k.5, k.6,
-            k.7, k.8, k.9, k.10,
+            k.7, k.8, k.9, k.10, k.11,
         ]
         .into_iter()
         .flatten()
