@@ -11,6 +11,11 @@
 //!   (taken, or drained);
 //! - it never keeps its pool alive after the pool's last handle is gone.
 //!
+//! It does not promise the engine's placement: a hit hands back the block where it was, where
+//! the engine would first merge it with its free neighbours and place the request by its
+//! policy, so a pool with the cache can hold more or less memory than its engine alone (the
+//! `reuse_cache` option turns it off; `policy:pytorch` has it off by default).
+//!
 //! It is guarded by a spin flag rather than a mutex: operations under it are a few loads and
 //! stores, and a thread that finds it busy takes the engine's path instead of waiting. The
 //! pool's owner thread holds it without the flag while the pool's owner bias holds.
