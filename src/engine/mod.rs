@@ -39,6 +39,7 @@
 #![deny(unsafe_code)]
 
 mod check;
+mod cuda_addresses;
 mod error;
 mod evict;
 pub(crate) mod free_index;
@@ -69,6 +70,7 @@ mod test_rng;
 mod types;
 
 pub use check::{BlockSnapshot, SegmentSnapshot};
+pub use cuda_addresses::CudaAddressModel;
 pub use error::{
     AllocError, EngineError, FreeError, OomCause, OutOfMemory, RoomShortfall, SizeLimit,
 };

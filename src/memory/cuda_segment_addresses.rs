@@ -10,8 +10,8 @@
 
 use std::collections::HashMap;
 
+use crate::engine::CudaAddressModel;
 use crate::engine::SegmentId;
-use crate::trace::CudaAddressModel;
 
 /// The modelled address of every live segment of one pool.
 #[derive(Debug)]

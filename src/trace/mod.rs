@@ -2,7 +2,6 @@
 //! replaying them through the engine.
 
 mod builder;
-mod cuda_addresses;
 mod error;
 mod gpu_replay;
 mod input;
@@ -16,10 +15,10 @@ mod replay_error;
 mod rmm;
 mod torch_snapshot;
 
+pub use crate::engine::CudaAddressModel;
 /// The observer a replay tells of every event; it lives in [`history`](crate::history),
 /// where the pool's event log observes its memory through the same trait.
 pub use crate::history::EventObserver as ReplayObserver;
-pub use cuda_addresses::CudaAddressModel;
 pub use error::{EXCERPT_CHARS, Position, TraceError, excerpt};
 pub use gpu_replay::{GpuReplayError, GpuReplayOptions, GpuReplayReport, replay_on_gpu};
 pub use input::{DEFAULT_MAX_INPUT_BYTES, ReadOptions, detect_format, read_trace, read_trace_from};

@@ -19,8 +19,8 @@ use std::ops::Range;
 
 use serde::Serialize;
 
-use super::cuda_addresses::CudaAddressModel;
 use crate::config::Config;
+use crate::engine::CudaAddressModel;
 use crate::engine::rounding::{SegmentKind, round_request};
 use crate::engine::{
     AllocError, Allocation, Engine, PageMapping, SegmentId, SegmentSnapshot, SegmentSource,

@@ -5,11 +5,11 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::cuda_addresses::CudaAddressModel;
 use super::oracle::{OracleCheck, OracleReport, OracleSegments, Outcome, explain};
 use super::replay_error::ReplayError;
 use super::{Trace, TraceOp};
 use crate::config::{Config, Policy};
+use crate::engine::CudaAddressModel;
 use crate::engine::{AllocError, BlockId, Engine, EngineLimits, PageMapping, VirtualSegments};
 use crate::history::{EventObserver, Observed};
 
@@ -107,7 +107,7 @@ pub struct ReplayOptions {
     pub stats: bool,
     /// Under `policy:pytorch` without [`oracle`](ReplayOptions::oracle): give each new
     /// segment the address the CUDA driver would have given it
-    /// ([`CudaAddressModel`](super::CudaAddressModel)), so that ties between equal free
+    /// ([`CudaAddressModel`](crate::engine::CudaAddressModel)), so that ties between equal free
     /// blocks break as in PyTorch. On by default; off, segments take consecutive addresses
     /// in the order they are created.
     pub cuda_addresses: bool,
