@@ -1412,20 +1412,25 @@ fn a_block_given_another_segments_record_reaches_its_own_buffer() {
     pool.check_consistency().unwrap();
 }
 
-/// `reuse_cache`: on (the default policy's default) a request takes the block of its size
-/// dropped last, without the engine; off (and by default under `policy:pytorch`, whose
-/// placement is PyTorch's) the engine places it: the best fit, lowest address first.
+/// `reuse_cache`: on (by default under `policy:compact` in pages mode) a request takes the
+/// block of its size dropped last, without the engine; off (by default in fixed segments and
+/// under `policy:pytorch`) the engine places it: the best fit, lowest address first.
 #[test]
 fn the_reuse_cache_hands_back_the_last_dropped_block_and_off_the_engine_places() {
     let gpu = common::gpu();
-    for (conf, takes_the_last) in [
-        ("expandable_segments:False", true),
-        ("expandable_segments:False,reuse_cache:False", false),
-        ("policy:pytorch", false),
-        ("policy:pytorch,reuse_cache:True", true),
+    for (conf, on) in [
+        ("expandable_segments:False", Some(false)),
+        ("expandable_segments:False,reuse_cache:True", Some(true)),
+        ("policy:pytorch", Some(false)),
+        ("policy:pytorch,reuse_cache:True", Some(true)),
+        // Pages mode where the adapter maps pages (the cache on), else fixed segments (off).
+        ("expandable_segments:auto", None),
+        ("expandable_segments:auto,reuse_cache:False", Some(false)),
     ] {
         let pool = pool(gpu, conf);
-        assert_eq!(pool.config().reuses_blocks(), takes_the_last, "{conf}");
+        let pages = pool.memory_mode() == MemoryMode::Pages;
+        let takes_the_last = on.unwrap_or(pages);
+        assert_eq!(pool.config().reuses_blocks(pages), takes_the_last, "{conf}");
         // Four blocks of the small kind side by side in one 2 MiB segment, the rest of it
         // free after them.
         let mut blocks: Vec<Option<Block>> = (0..4)

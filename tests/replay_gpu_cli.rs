@@ -232,9 +232,9 @@ fn replay_reports_the_pool_and_engine_time_per_operation_and_repeats() {
 
 /// `engine_peak_reserved_bytes` is the engine alone on a model of the same device: where no
 /// size repeats (the reuse cache serves nothing) the pool places every block as it, to the
-/// byte, in both modes; on the GPT-2 training trace, whose sizes repeat, the reuse cache hands
-/// dropped blocks back without asking the engine, and with fixed segments the two differ
-/// unless the cache is off.
+/// byte, in both modes; on the GPT-2 training trace, whose sizes repeat, the reuse cache (on
+/// here by choice: fixed segments have it off by default) hands dropped blocks back without
+/// asking the engine, and the two differ; without it they are equal.
 #[test]
 fn the_report_tells_the_pools_placement_from_its_engines() {
     let trace = trace_file();
@@ -254,7 +254,12 @@ fn the_report_tells_the_pools_placement_from_its_engines() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/gpt2-train.csv"
     ));
-    let args = ["--conf", "expandable_segments:False", "--scale", "32"];
+    let args = [
+        "--conf",
+        "expandable_segments:False,reuse_cache:True",
+        "--scale",
+        "32",
+    ];
     let report = replay_gpu(&gpt2, &args);
     let engine = report["engine_peak_reserved_bytes"].as_u64().unwrap();
     let live = report["peak_live_bytes"].as_u64().unwrap();
@@ -264,9 +269,10 @@ fn the_report_tells_the_pools_placement_from_its_engines() {
         Some(engine),
         "{report}"
     );
-    // Without the cache (`reuse_cache:False`, and `policy:pytorch`'s default) the pool
-    // places every block as its engine alone.
+    // Without the cache (`reuse_cache:False`, and by default in fixed segments and under
+    // `policy:pytorch`) the pool places every block as its engine alone.
     for conf in [
+        "expandable_segments:False",
         "expandable_segments:False,reuse_cache:False",
         "policy:pytorch",
     ] {

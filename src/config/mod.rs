@@ -202,8 +202,8 @@ pub struct Config {
     /// 1: a call per map or unmap).
     pub page_bind_batch: u32,
     /// Whether a GPU pool hands a dropped block straight to the next request of the same
-    /// size (`reuse_cache`); `None` is the policy's default: on for `policy:compact`, off for
-    /// `policy:pytorch`. See [`Config::reuses_blocks`].
+    /// size (`reuse_cache`); `None` (`auto`): on for `policy:compact` in pages mode, off in
+    /// fixed segments and for `policy:pytorch`. See [`Config::reuses_blocks`].
     pub reuse_cache: Option<bool>,
 }
 
@@ -340,22 +340,25 @@ impl Config {
         })
     }
 
-    /// Whether a GPU pool serves a request from the block dropped just before it when their
-    /// requested sizes are equal, without the engine: `reuse_cache` as set, or the policy's
-    /// default (on for `policy:compact`, for speed; off for `policy:pytorch`, so that every
-    /// block is placed as PyTorch would place it). With it off, the pool places every block
-    /// exactly as its engine alone does (`wgpool replay`).
+    /// Whether a GPU pool in pages mode (`pages`) or in fixed segments serves a request from
+    /// the block dropped just before it when their requested sizes are equal, without the
+    /// engine: `reuse_cache` as set, or by default (`auto`) only for `policy:compact` in
+    /// pages mode, where it saves the hot path most and changes least (in fixed segments the
+    /// policy's placement is what a device without page mapping has to hold its memory down;
+    /// under `policy:pytorch` every block is placed as PyTorch would place it). With it off,
+    /// the pool places every block exactly as its engine alone does (`wgpool replay`).
     ///
     /// ```
     /// use wgpool::config::Config;
-    /// assert!(Config::default().reuses_blocks());
-    /// assert!(!Config::parse("policy:pytorch").unwrap().reuses_blocks());
-    /// assert!(Config::parse("policy:pytorch,reuse_cache:True").unwrap().reuses_blocks());
-    /// assert!(!Config::parse("reuse_cache:False").unwrap().reuses_blocks());
+    /// assert!(Config::default().reuses_blocks(true));
+    /// assert!(!Config::default().reuses_blocks(false));
+    /// assert!(!Config::parse("policy:pytorch").unwrap().reuses_blocks(true));
+    /// assert!(Config::parse("reuse_cache:True").unwrap().reuses_blocks(false));
+    /// assert!(!Config::parse("reuse_cache:False").unwrap().reuses_blocks(true));
     /// ```
-    pub fn reuses_blocks(&self) -> bool {
+    pub fn reuses_blocks(&self, pages: bool) -> bool {
         self.reuse_cache
-            .unwrap_or(matches!(self.policy, Policy::Compact))
+            .unwrap_or(pages && matches!(self.policy, Policy::Compact))
     }
 
     /// Checks that every value is one the parser could have produced: within the bounds of

@@ -208,13 +208,13 @@ impl Pool {
             PlanError::NoPageMapping(reason) => PoolError::PageMappingUnavailable { reason },
             PlanError::Engine(error) => PoolError::Config(error),
         })?;
+        let reuses_blocks = config.reuses_blocks(plan.mode == MemoryMode::Pages);
         let engine_limits = EngineLimits::unlimited()
             .with_device_memory(device_memory)
             .with_max_segment_size(limits.max_buffer_size)
             .with_page_mapping(plan.page_mapping);
         let bias = Arc::new(OwnerBias::new(options.owner_bias));
         let reuse = ReuseCache::new(config.max_split_size.unwrap_or(u64::MAX), bias.clone());
-        let reuses_blocks = config.reuses_blocks();
         let pytorch_placement = config.policy == crate::config::Policy::Pytorch;
         let mut engine =
             Engine::with_mode(config, engine_limits, plan.mode).map_err(PoolError::Config)?;

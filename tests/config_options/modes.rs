@@ -315,12 +315,19 @@ fn reuse_cache_takes_auto_true_and_false_and_follows_the_policy() {
         ("reuse_cache", "sometimes")
     );
     assert!(message.contains("auto"), "{message}");
-    assert!(Config::default().reuses_blocks());
-    assert!(!Config::parse("policy:pytorch").unwrap().reuses_blocks());
+    // `auto`: on for `policy:compact` in pages mode only.
+    assert!(Config::default().reuses_blocks(true));
+    assert!(!Config::default().reuses_blocks(false));
+    assert!(!Config::parse("policy:pytorch").unwrap().reuses_blocks(true));
     assert!(
-        Config::parse("policy:pytorch,reuse_cache:True")
+        !Config::parse("policy:pytorch")
             .unwrap()
-            .reuses_blocks()
+            .reuses_blocks(false)
     );
-    assert!(!Config::parse("reuse_cache:False").unwrap().reuses_blocks());
+    for pages in [true, false] {
+        let on = Config::parse("policy:pytorch,reuse_cache:True").unwrap();
+        assert!(on.reuses_blocks(pages));
+        let off = Config::parse("reuse_cache:False").unwrap();
+        assert!(!off.reuses_blocks(pages));
+    }
 }
