@@ -3,9 +3,10 @@
 # session's release build, which reports `engine_peak_reserved_bytes` and has `reuse_cache`).
 # Where the pool's placement departs from its engine's: the 17 synthetic workload traces
 # (tools/synth_traces.py) and GPT-2, each replayed once at full size through the pool
-# (`replay --gpu --json`) in fixed segments and in pages mode with the default policy (its
-# reuse cache on), and in fixed segments under `policy:pytorch` (cache off, CUDA segment
-# addresses: expected equal); each report gives the pool's peak reserved and device memory
+# (`replay --gpu --json`) with the default policy in fixed segments with the reuse cache on
+# (`reuse_cache:True`, the default before this session) and in pages mode (the cache on by
+# default), and in fixed segments under `policy:pytorch` (cache off, CUDA segment addresses:
+# expected equal); each report gives the pool's peak reserved and device memory
 # beside the engine alone's peak reserved on a model of the same device. Prints one line a
 # replay; every report ends in $OUT/call91.tgz.
 set -uo pipefail
@@ -18,6 +19,7 @@ for mode in False True pytorch; do
   for t in /tmp/synth/*.csv; do
     n=$(basename "$t" .csv)
     conf=expandable_segments:$mode
+    [ "$mode" = False ] && conf=expandable_segments:False,reuse_cache:True
     [ "$mode" = pytorch ] && conf=policy:pytorch
     timeout 60 .dev/wgpool replay "$t" --gpu --json --conf "$conf" \
       > "$OUT/reports/$n-$mode.json" 2> "$OUT/reports/$n-$mode.err"
