@@ -630,7 +630,8 @@ fn banked_pool_references_go_back_with_the_last_handle() {
     // A device of its own: a submission point on a shared device (another test's) upgrades
     // every pool's weak reference for a moment, which the counts below would see.
     let own = common::own(|| GpuContext::headless(&HeadlessOptions::default()).unwrap());
-    let pool = pool(&own, "");
+    // The cache on in either mode (fixed segments have it off by default).
+    let pool = pool(&own, "reuse_cache:True");
     let survivor = pool.alloc(4096).unwrap();
     assert_eq!(survivor.pool_references(), 2, "the handle and the block");
     // Alternating sizes: each allocation misses the cache and drains the block before.
