@@ -557,7 +557,7 @@ pub const OPTIONS: &[OptionSpec] = &[
                   to 7.3%, less on 11, up to 1%; in pages mode at 1/32 size, equal on 14 of \
                   18). `False` places every block as the engine alone does. `auto` keeps the \
                   cache where it pays and changes least, pages mode under `policy:compact` \
-                  (there it saves 4-5% of the pool's instructions an operation on ResNet and \
+                  (there it saves about 5% of the pool's instructions an operation on ResNet and \
                   BERT training); fixed segments get the policy's own placement (the cache \
                   saved 1-3% there on ResNet and BERT, 17% on GPT-2), and `policy:pytorch` \
                   PyTorch's, allocation by allocation.",
